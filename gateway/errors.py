@@ -1,0 +1,145 @@
+"""One error tree for everything the gateway itself rejects or fails at.
+
+Each error knows its HTTP status and its OpenAI ``type`` and ``code``, so one handler renders
+every one of them in the OpenAI envelope ``{"error": {"message", "type", "param", "code"}}``
+and the OpenAI SDKs map the status to their own exception classes::
+
+    GatewayError
+     +-- InvalidRequest (400 invalid_request_error)
+     |    +-- InvalidJSON (400 invalid_json)
+     |    +-- InvalidParameter (400, param named)
+     +-- AuthenticationFailed (401 invalid_api_key)
+     +-- PermissionDenied (403)
+     +-- NotFound (404)
+     |    +-- ModelNotFound (404 model_not_found)
+     +-- MethodNotAllowed (405)
+     +-- BodyTooLarge (413)
+     +-- UnsupportedMediaType (415)
+     +-- RateLimited (429 rate_limit_exceeded)
+     +-- UpstreamError (502 upstream_error)
+     +-- NoHealthyUpstream (503 no_healthy_upstream)
+     +-- UpstreamTimeout (504 timeout)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import orjson
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway renders itself."""
+
+    status: int = 500
+    error_type: str = "server_error"
+    default_code: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code if code is not None else self.default_code
+        self.headers: Mapping[str, str] = headers or {}
+
+    def body(self) -> bytes:
+        return error_body(self.message, self.error_type, self.param, self.code)
+
+    def sse_event(self) -> bytes:
+        """The error as one SSE event, for a stream that has already started."""
+        return b"data: " + self.body() + b"\n\n"
+
+
+def error_body(message: str, error_type: str, param: str | None, code: str | None) -> bytes:
+    return orjson.dumps(
+        {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+    )
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    error_type = "invalid_request_error"
+
+
+class InvalidJSON(InvalidRequest):
+    default_code = "invalid_json"
+
+
+class InvalidParameter(InvalidRequest):
+    default_code = "invalid_value"
+
+
+class AuthenticationFailed(GatewayError):
+    status = 401
+    error_type = "invalid_request_error"
+    default_code = "invalid_api_key"
+
+
+class PermissionDenied(GatewayError):
+    status = 403
+    error_type = "invalid_request_error"
+    default_code = "permission_denied"
+
+
+class NotFound(GatewayError):
+    status = 404
+    error_type = "invalid_request_error"
+    default_code = "not_found"
+
+
+class ModelNotFound(NotFound):
+    default_code = "model_not_found"
+
+    def __init__(self, model: str) -> None:
+        super().__init__(
+            f"The model `{model}` does not exist or you do not have access to it.", param="model"
+        )
+
+
+class MethodNotAllowed(GatewayError):
+    status = 405
+    error_type = "invalid_request_error"
+    default_code = "method_not_allowed"
+
+
+class BodyTooLarge(GatewayError):
+    status = 413
+    error_type = "invalid_request_error"
+    default_code = "request_too_large"
+
+
+class UnsupportedMediaType(GatewayError):
+    status = 415
+    error_type = "invalid_request_error"
+    default_code = "unsupported_media_type"
+
+
+class RateLimited(GatewayError):
+    status = 429
+    error_type = "requests"
+    default_code = "rate_limit_exceeded"
+
+
+class UpstreamError(GatewayError):
+    status = 502
+    error_type = "server_error"
+    default_code = "upstream_error"
+
+
+class NoHealthyUpstream(GatewayError):
+    status = 503
+    error_type = "server_error"
+    default_code = "no_healthy_upstream"
+
+
+class UpstreamTimeout(GatewayError):
+    status = 504
+    error_type = "server_error"
+    default_code = "timeout"
