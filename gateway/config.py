@@ -86,7 +86,9 @@ class GatewayConfig(Strict):
         for name, model in self.models.items():
             if model.pool not in self.pools:
                 known = ", ".join(sorted(self.pools))
-                raise ValueError(f"models.{name}.pool: unknown pool {model.pool!r} (known: {known})")
+                raise ValueError(
+                    f"models.{name}.pool: unknown pool {model.pool!r} (known: {known})"
+                )
         return self
 
 
@@ -100,7 +102,9 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 def interpolate_env(value: Any, env: Mapping[str, str], path: str = "") -> Any:
     """Replace ``${VAR}`` / ``${VAR:-default}`` in every string of a parsed YAML document."""
     if isinstance(value, dict):
-        return {k: interpolate_env(v, env, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+        return {
+            k: interpolate_env(v, env, f"{path}.{k}" if path else str(k)) for k, v in value.items()
+        }
     if isinstance(value, list):
         return [interpolate_env(v, env, f"{path}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, str):

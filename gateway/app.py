@@ -1,0 +1,104 @@
+"""The app factory: routes, error handlers and lifespan, composed in one place.
+
+    app = create_app(load_config("gateway.yaml"))
+
+Nothing happens at import time; every piece of state hangs off the app built here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from gateway import errors
+from gateway.config import GatewayConfig
+from gateway.endpoints import Healthz, ListModels, Metrics, OpenAPI, Readyz, RetrieveModel
+from gateway.middleware import RequestIdMiddleware
+from gateway.proxy.handler import ProxyEndpoint
+from gateway.proxy.parse import Operation
+from gateway.proxy.upstream import AiohttpUpstream
+from gateway.state import GatewayState, UpstreamFactory
+
+logger = logging.getLogger(__name__)
+
+_STATUS_ERRORS: dict[int, type[errors.GatewayError]] = {
+    404: errors.NotFound,
+    405: errors.MethodNotAllowed,
+}
+
+
+def create_app(
+    config: GatewayConfig, *, upstream_factory: UpstreamFactory = AiohttpUpstream
+) -> Starlette:
+    """Build the gateway. ``upstream_factory`` makes the upstream client of each pool."""
+    state = GatewayState.build(config, upstream_factory)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await state.start()
+        try:
+            yield
+        finally:
+            await state.stop()
+
+    routes = [
+        *(Route("/v1/" + op.value, ProxyEndpoint(op, state), methods=["POST"]) for op in Operation),
+        Route("/v1/models", ListModels(state), methods=["GET"]),
+        Route("/v1/models/{model:path}", RetrieveModel(state), methods=["GET"]),
+        Route("/healthz", Healthz(), methods=["GET"]),
+        Route("/readyz", Readyz(state), methods=["GET"]),
+        Route("/metrics", Metrics(state), methods=["GET"]),
+        Route("/openapi.json", OpenAPI(), methods=["GET"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[
+            Middleware(
+                RequestIdMiddleware, metrics=state.metrics, access_log=config.server.access_log
+            )
+        ],
+        exception_handlers={
+            errors.GatewayError: _render_gateway_error,
+            HTTPException: _render_http_exception,
+            Exception: _render_unexpected,
+        },
+        lifespan=lifespan,
+    )
+    app.state.gateway = state
+    return app
+
+
+def _error_response(err: errors.GatewayError) -> Response:
+    return Response(
+        err.body(), err.status, headers=dict(err.headers), media_type="application/json"
+    )
+
+
+async def _render_gateway_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, errors.GatewayError)
+    return _error_response(exc)
+
+
+async def _render_http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    cls = _STATUS_ERRORS.get(exc.status_code, errors.InvalidRequest)
+    message = (
+        f"{request.method} {request.url.path} is not allowed here."
+        if exc.status_code == 405
+        else f"No route for {request.method} {request.url.path}."
+    )
+    err = cls(message, headers=exc.headers)
+    return _error_response(err)
+
+
+async def _render_unexpected(request: Request, exc: Exception) -> Response:
+    logger.exception("unexpected error", exc_info=exc)
+    return _error_response(errors.GatewayError("The gateway failed unexpectedly."))

@@ -1,0 +1,35 @@
+"""Small helpers for speaking raw ASGI on the hot path (no Request/Response objects)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from starlette.types import Message, Receive, Scope, Send
+
+__all__ = ["Message", "Receive", "Scope", "Send", "header", "send_response"]
+
+JSON = b"application/json"
+
+
+def header(scope: Scope, name: bytes) -> bytes | None:
+    """The first value of a request header; ``name`` in lower case."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return value  # type: ignore[no-any-return]
+    return None
+
+
+async def send_response(
+    send: Send,
+    status: int,
+    body: bytes,
+    content_type: bytes = JSON,
+    extra_headers: Iterable[tuple[bytes, bytes]] = (),
+) -> None:
+    headers = [
+        (b"content-type", content_type),
+        (b"content-length", str(len(body)).encode()),
+        *extra_headers,
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

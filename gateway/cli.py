@@ -1,0 +1,88 @@
+"""The ``pd-gateway`` command line: ``run``, ``check-config``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from starlette.applications import Starlette
+
+from gateway.config import ConfigError, GatewayConfig, load_config
+
+CONFIG_ENV = "PD_GATEWAY_CONFIG"
+
+
+def app_from_env() -> Starlette:
+    """The uvicorn factory: each worker process loads the config named by $PD_GATEWAY_CONFIG."""
+    from gateway.app import create_app
+    from gateway.logs import configure_logging
+
+    config = load_config(os.environ[CONFIG_ENV])
+    configure_logging(config.server.log_level)
+    return create_app(config)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    config = _load_or_report(args.config)
+    if config is None:
+        return 2
+    server = config.server
+    os.environ[CONFIG_ENV] = os.path.abspath(args.config)
+    uvicorn.run(
+        "gateway.cli:app_from_env",
+        factory=True,
+        host=args.host or server.host,
+        port=server.port if args.port is None else args.port,
+        workers=args.workers or server.workers,
+        log_level=args.log_level or server.log_level,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,  # the gateway writes its own structured access log
+        timeout_graceful_shutdown=int(server.graceful_shutdown_seconds) or None,
+        log_config=None,
+    )
+    return 0
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    config = _load_or_report(args.config)
+    if config is None:
+        return 1
+    print(f"{args.config}: OK ({len(config.pools)} pools, {len(config.models)} models)")
+    return 0
+
+
+def _load_or_report(path: str) -> GatewayConfig | None:
+    try:
+        return load_config(path)
+    except ConfigError as err:
+        print(f"{path}: invalid configuration:\n{err}", file=sys.stderr)
+        return None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pd-gateway", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="serve the gateway")
+    run.add_argument("--config", required=True, help="the gateway's YAML config file")
+    run.add_argument("--host", help="overrides server.host")
+    run.add_argument("--port", type=int, help="overrides server.port (0: any free port)")
+    run.add_argument("--workers", type=int, help="overrides server.workers")
+    run.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    run.set_defaults(handler=_run)
+
+    check = commands.add_parser("check-config", help="validate a config file and say what is wrong")
+    check.add_argument("config")
+    check.set_defaults(handler=_check_config)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    result: int = args.handler(args)
+    return result

@@ -1,0 +1,29 @@
+"""Per-request facts gathered along the pipeline, read at the end by the access log and metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gateway.asgi import Scope
+
+SCOPE_KEY = "gateway.context"
+
+
+@dataclass(slots=True)
+class RequestContext:
+    request_id: str
+    started: float
+    model: str | None = None
+    pool: str | None = None
+    replica: str | None = None
+    stream: bool | None = None
+    status: int = 0
+    error_code: str | None = None
+    time_to_first_byte: float | None = None
+    client_disconnected: bool = False
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def context_of(scope: Scope) -> RequestContext:
+    """The context the request-id middleware put into the scope."""
+    return scope[SCOPE_KEY]  # type: ignore[no-any-return]

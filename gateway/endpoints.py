@@ -1,0 +1,86 @@
+"""The gateway's own small endpoints: model listing, liveness, readiness, metrics, OpenAPI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.asgi import Receive, Scope, Send, send_response
+from gateway.errors import ModelNotFound
+from gateway.openapi import openapi_document
+from gateway.state import GatewayState, ModelRoute
+
+
+def _model_entry(route: ModelRoute, created: int) -> dict[str, Any]:
+    return {"id": route.name, "object": "model", "created": created, "owned_by": route.owned_by}
+
+
+class ListModels:
+    def __init__(self, state: GatewayState) -> None:
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        created = self.state.started_at
+        data = [_model_entry(r, created) for r in self.state.models.values()]
+        await send_response(send, 200, orjson.dumps({"object": "list", "data": data}))
+
+
+class RetrieveModel:
+    def __init__(self, state: GatewayState) -> None:
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        name = scope["path_params"]["model"]
+        route = self.state.models.get(name)
+        if route is None:
+            raise ModelNotFound(name)
+        await send_response(send, 200, orjson.dumps(_model_entry(route, self.state.started_at)))
+
+
+class Healthz:
+    """Liveness: the process serves HTTP. Says nothing about upstreams."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send_response(send, 200, b'{"status":"ok"}')
+
+
+class Readyz:
+    """Readiness: every model has at least one healthy upstream replica."""
+
+    def __init__(self, state: GatewayState) -> None:
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        pools = {
+            name: [{"url": r.url, "healthy": r.healthy, "error": r.last_error} for r in p.replicas]
+            for name, p in self.state.pools.items()
+        }
+        unready = sorted(m.name for m in self.state.models.values() if not m.pool.healthy)
+        body = {
+            "status": "not ready" if unready else "ready",
+            "unready_models": unready,
+            "pools": pools,
+        }
+        await send_response(send, 503 if unready else 200, orjson.dumps(body))
+
+
+class Metrics:
+    def __init__(self, state: GatewayState) -> None:
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        metrics = self.state.metrics
+        for pool in self.state.pools.values():
+            for r in pool.replicas:
+                metrics.replica_healthy.labels(pool.name, r.url).set(1 if r.healthy else 0)
+                metrics.replica_outstanding.labels(pool.name, r.url).set(r.outstanding)
+        await send_response(send, 200, metrics.render(), metrics.content_type.encode())
+
+
+class OpenAPI:
+    def __init__(self) -> None:
+        self.body = orjson.dumps(openapi_document())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send_response(send, 200, self.body)

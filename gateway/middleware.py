@@ -1,0 +1,88 @@
+"""The outermost pure-ASGI layer: request ids, the access log and per-request metrics.
+
+Pure ASGI rather than ``BaseHTTPMiddleware``, which buffers responses and slows streams.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+
+from starlette.types import ASGIApp
+
+from gateway.asgi import Message, Receive, Scope, Send
+from gateway.context import SCOPE_KEY, RequestContext
+from gateway.logs import ACCESS_LOGGER
+from gateway.metrics import GatewayMetrics
+
+REQUEST_ID_HEADER = b"x-request-id"
+_VALID_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
+
+
+def request_id_from(scope: Scope) -> str:
+    """Honour a well-formed incoming ``x-request-id``; otherwise make one."""
+    for key, value in scope["headers"]:
+        if key == REQUEST_ID_HEADER:
+            if _VALID_REQUEST_ID.fullmatch(value):
+                return value.decode()  # type: ignore[no-any-return]
+            break
+    return os.urandom(12).hex()
+
+
+class RequestIdMiddleware:
+    def __init__(self, app: ASGIApp, *, metrics: GatewayMetrics, access_log: bool) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.logger = logging.getLogger(ACCESS_LOGGER) if access_log else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        ctx = RequestContext(request_id=request_id_from(scope), started=time.perf_counter())
+        scope[SCOPE_KEY] = ctx
+        id_header = (REQUEST_ID_HEADER, ctx.request_id.encode())
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                ctx.status = message["status"]
+                message["headers"] = [*message.get("headers", ()), id_header]
+            await send(message)
+
+        self.metrics.in_flight.inc()
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            self.metrics.in_flight.dec()
+            self._finish(scope, ctx)
+
+    def _finish(self, scope: Scope, ctx: RequestContext) -> None:
+        elapsed = time.perf_counter() - ctx.started
+        if ctx.model is not None:
+            model, pool = ctx.model, ctx.pool or ""
+            self.metrics.requests.labels(model, pool, str(ctx.status)).inc()
+            self.metrics.duration.labels(model, pool).observe(elapsed)
+        if self.logger is not None:
+            self.logger.info(
+                "request",
+                extra={
+                    "fields": {
+                        "request_id": ctx.request_id,
+                        "method": scope["method"],
+                        "path": scope["path"],
+                        "status": ctx.status,
+                        "latency_ms": round(elapsed * 1000, 3),
+                        "model": ctx.model,
+                        "pool": ctx.pool,
+                        "replica": ctx.replica,
+                        "stream": ctx.stream,
+                        "ttfb_ms": None
+                        if ctx.time_to_first_byte is None
+                        else round(ctx.time_to_first_byte * 1000, 3),
+                        "error_code": ctx.error_code,
+                        "client_disconnected": ctx.client_disconnected or None,
+                    }
+                },
+            )

@@ -1,0 +1,142 @@
+"""The OpenAPI 3.1 description of the gateway's own API (served at ``/openapi.json``).
+
+Request schemas name only the fields the gateway checks; every other OpenAI field is allowed and
+passed through to the upstream unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway import __version__
+
+_ERROR_STATUSES = {
+    "400": "Invalid JSON or parameters",
+    "404": "Unknown model",
+    "413": "Body over the configured limit",
+    "415": "Content-Type is not application/json",
+    "502": "The upstream failed",
+    "503": "No healthy upstream",
+    "504": "The upstream timed out",
+}
+
+_MAX_TOKENS = {"type": "integer", "minimum": 1}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _request_schema(required_input: str, input_schema: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["model", required_input],
+        "properties": {
+            "model": {"type": "string", "minLength": 1},
+            required_input: input_schema,
+            "stream": {"type": "boolean"},
+            "max_tokens": _MAX_TOKENS,
+        },
+        "additionalProperties": True,
+    }
+
+
+def _proxy_operation(summary: str, schema: str, streams: bool) -> dict[str, Any]:
+    ok: dict[str, Any] = {"application/json": {"schema": {"type": "object"}}}
+    if streams:
+        ok["text/event-stream"] = {"schema": {"type": "string"}}
+    responses: dict[str, Any] = {"200": {"description": "The upstream's answer", "content": ok}}
+    for status, text in _ERROR_STATUSES.items():
+        responses[status] = {
+            "description": text,
+            "content": {"application/json": {"schema": _ref("ErrorResponse")}},
+        }
+    return {
+        "post": {
+            "summary": summary,
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _ref(schema)}},
+            },
+            "responses": responses,
+        }
+    }
+
+
+def _get(
+    summary: str, schema: dict[str, Any], extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    responses: dict[str, Any] = {
+        "200": {"description": summary, "content": {"application/json": {"schema": schema}}},
+        **(extra or {}),
+    }
+    return {"get": {"summary": summary, "responses": responses}}
+
+
+def openapi_document() -> dict[str, Any]:
+    not_found = {
+        "404": {
+            "description": "Unknown model",
+            "content": {"application/json": {"schema": _ref("ErrorResponse")}},
+        }
+    }
+    model_param = [{"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}]
+    retrieve = _get("One model", _ref("Model"), not_found)
+    retrieve["get"]["parameters"] = model_param
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "pd-gateway", "version": __version__},
+        "paths": {
+            "/v1/chat/completions": _proxy_operation("Chat completion", "ChatRequest", True),
+            "/v1/completions": _proxy_operation("Text completion", "CompletionRequest", True),
+            "/v1/embeddings": _proxy_operation("Embeddings", "EmbeddingRequest", False),
+            "/v1/models": _get("Models served", _ref("ModelList")),
+            "/v1/models/{model}": retrieve,
+            "/healthz": _get("Liveness", {"type": "object"}),
+            "/readyz": _get("Readiness", {"type": "object"}),
+        },
+        "components": {"schemas": _schemas()},
+    }
+
+
+def _schemas() -> dict[str, Any]:
+    text_or_list = {"oneOf": [{"type": "string"}, {"type": "array"}]}
+    return {
+        "ChatRequest": _request_schema("messages", {"type": "array", "minItems": 1}),
+        "CompletionRequest": _request_schema("prompt", text_or_list),
+        "EmbeddingRequest": _request_schema("input", text_or_list),
+        "Model": {
+            "type": "object",
+            "required": ["id", "object", "created", "owned_by"],
+            "properties": {
+                "id": {"type": "string"},
+                "object": {"const": "model"},
+                "created": {"type": "integer"},
+                "owned_by": {"type": "string"},
+            },
+        },
+        "ModelList": {
+            "type": "object",
+            "required": ["object", "data"],
+            "properties": {
+                "object": {"const": "list"},
+                "data": {"type": "array", "items": _ref("Model")},
+            },
+        },
+        "ErrorResponse": {
+            "type": "object",
+            "required": ["error"],
+            "properties": {
+                "error": {
+                    "type": "object",
+                    "required": ["message", "type", "param", "code"],
+                    "properties": {
+                        "message": {"type": "string"},
+                        "type": {"type": "string"},
+                        "param": {"type": ["string", "null"]},
+                        "code": {"type": ["string", "null"]},
+                    },
+                }
+            },
+        },
+    }

@@ -1,0 +1,100 @@
+"""The OpenAI endpoints that proxy to an upstream pool: the pipeline, stage by stage.
+
+parse -> route -> forward -> relay. Later stages (authenticate, admit, settle, record) slot in
+here, in this order, so reading :meth:`ProxyEndpoint.__call__` is reading the product.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+
+from gateway.asgi import Receive, Scope, Send
+from gateway.context import RequestContext, context_of
+from gateway.errors import GatewayError
+from gateway.proxy.disconnect import DisconnectWatch
+from gateway.proxy.parse import Operation, ParsedRequest, parse_request, read_body
+from gateway.proxy.relay import relay_stream, relay_whole
+from gateway.proxy.upstream import UpstreamConnectError, UpstreamResponse
+from gateway.routing.pools import Pool, Replica
+from gateway.state import GatewayState, ModelRoute
+
+CLIENT_CLOSED_REQUEST = 499  # nginx's convention, for logs and metrics only
+
+
+class ProxyEndpoint:
+    """A pure-ASGI endpoint for one OpenAI operation (chat, completions, embeddings)."""
+
+    def __init__(self, operation: Operation, state: GatewayState) -> None:
+        self.operation = operation
+        self.state = state
+        self.path = "/v1/" + operation.value
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        ctx = context_of(scope)
+        server = self.state.config.server
+        body = await read_body(scope, receive, server.max_body_bytes)
+        request = parse_request(self.operation, body, server.max_tokens_limit)
+        ctx.model, ctx.stream = request.model, request.stream
+        route = self.state.route(request.model)
+        ctx.pool = route.pool.name
+        upstream_body = _upstream_body(request, route)
+        with route.pool.acquire() as replica:
+            ctx.replica = replica.url
+            watch = DisconnectWatch(receive)
+            try:
+                await self._exchange(route.pool, replica, upstream_body, send, ctx)
+            except asyncio.CancelledError:
+                if not watch.client_gone():
+                    raise
+                ctx.client_disconnected = True
+                ctx.status = CLIENT_CLOSED_REQUEST
+                self.state.metrics.client_disconnects.labels(ctx.model, ctx.pool).inc()
+            finally:
+                watch.stop()
+
+    async def _exchange(
+        self, pool: Pool, replica: Replica, body: bytes, send: Send, ctx: RequestContext
+    ) -> None:
+        client = self.state.clients[pool.name]
+        headers = (
+            (b"content-type", b"application/json"),
+            (b"x-request-id", ctx.request_id.encode()),
+        )
+        try:
+            response = await client.send(replica.url + self.path, headers, body)
+            await self._relay(response, send, ctx)
+        except UpstreamConnectError as err:
+            pool.mark_down(replica, err.message)
+            self._count_error(ctx, err)
+            raise
+        except GatewayError as err:  # before the response started; mid-stream ones end the stream
+            self._count_error(ctx, err)
+            raise
+
+    async def _relay(self, response: UpstreamResponse, send: Send, ctx: RequestContext) -> None:
+        metrics = self.state.metrics
+        clean = False
+        try:
+            if response.is_event_stream:
+                await relay_stream(response, send, ctx, metrics)
+            else:
+                await relay_whole(response, send, ctx, metrics)
+            clean = ctx.error_code is None
+        finally:
+            if clean:
+                response.release()
+            else:  # unread bytes or a cancelled read: the connection cannot be reused
+                response.abort()
+
+    def _count_error(self, ctx: RequestContext, err: GatewayError) -> None:
+        ctx.error_code = err.code
+        self.state.metrics.upstream_errors.labels(ctx.pool or "", err.code or "error").inc()
+
+
+def _upstream_body(request: ParsedRequest, route: ModelRoute) -> bytes:
+    """The body as the client sent it, unless the upstream knows the model by another name."""
+    if route.upstream_model is None or route.upstream_model == request.model:
+        return request.body
+    return orjson.dumps({**request.payload, "model": route.upstream_model})

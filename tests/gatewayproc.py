@@ -1,0 +1,101 @@
+"""Start a real gateway process (``python -m gateway run``) for tests, and stop it by its pid."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class GatewayProcess:
+    def __init__(self, proc: subprocess.Popen[bytes], port: int, log_path: Path) -> None:
+        self.proc = proc
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.base_url = self.url + "/v1"
+        self.log_path = log_path
+
+    def logs(self) -> str:
+        return self.log_path.read_text()
+
+    def access_log(self) -> list[dict[str, Any]]:
+        import orjson
+
+        entries = []
+        for line in self.logs().splitlines():
+            if line.startswith("{"):
+                entry = orjson.loads(line)
+                if entry.get("logger") == "gateway.access":
+                    entries.append(entry)
+        return entries
+
+    def terminate(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
+    def stop(self, timeout: float = 15) -> int:
+        self.terminate()
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(5)
+
+
+def write_config(path: Path, config: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@contextmanager
+def start_gateway(
+    config: dict[str, Any], tmp_path: Path, *, env: dict[str, str] | None = None, ready: str = "/healthz"
+) -> Iterator[GatewayProcess]:
+    """Run ``pd-gateway run`` on a free loopback port until the block ends."""
+    port = free_port()
+    config = {**config, "server": {**config.get("server", {}), "host": "127.0.0.1", "port": port}}
+    cfg_path = write_config(tmp_path / f"gateway-{port}.yaml", config)
+    log_path = tmp_path / f"gateway-{port}.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "run", "--config", str(cfg_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
+    gateway = GatewayProcess(proc, port, log_path)
+    try:
+        _wait_ready(gateway, ready)
+        yield gateway
+    finally:
+        gateway.stop()
+
+
+def _wait_ready(gateway: GatewayProcess, path: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if gateway.proc.poll() is not None:
+            raise RuntimeError(f"gateway exited with {gateway.proc.returncode}:\n{gateway.logs()}")
+        try:
+            if httpx.get(gateway.url + path, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"gateway not ready within {timeout}s:\n{gateway.logs()}")
