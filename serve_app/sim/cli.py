@@ -1,0 +1,128 @@
+"""Command line of the simulator: ``python -m serve_app.sim --port 0 --no-delay``.
+
+Once it listens it prints exactly one line, ``SIM_LISTENING http://HOST:PORT``, so that a test
+that asked for port 0 can read the port it got.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+import sys
+from collections.abc import Sequence
+
+import uvicorn
+import uvloop
+
+from serve_app.sim.app import create_sim_app
+from serve_app.sim.asgi import SimulatedAbort
+from serve_app.sim.settings import DEFAULT_MODEL, SimSettings
+
+logger = logging.getLogger("serve_app.sim")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = SimSettings()
+    p = argparse.ArgumentParser(
+        prog="python -m serve_app.sim",
+        description=(
+            "A SIMULATOR of vLLM's OpenAI server (no model, no engine): deterministic text on a "
+            "prefill/decode timing model. It stands in for Ray Serve LLM only in gateway tests "
+            "and overhead benchmarks. Steering headers: x-sim-ttft-ms, x-sim-itl-ms, "
+            "x-sim-status, x-sim-fail-after, x-sim-hang. Test endpoints: GET /sim/requests, "
+            "POST /sim/reset."
+        ),
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    p.add_argument(
+        "--model",
+        action="append",
+        dest="models",
+        help=f"served model name; repeat for several (default {DEFAULT_MODEL})",
+    )
+    p.add_argument("--max-model-len", type=int, default=d.max_model_len)
+    p.add_argument("--ttft-base-ms", type=float, default=d.ttft_base_ms, help="prefill: fixed part")
+    p.add_argument(
+        "--ttft-per-token-ms", type=float, default=d.ttft_per_token_ms, help="prefill per token"
+    )
+    p.add_argument("--itl-ms", type=float, default=d.itl_ms, help="decode: interval per token")
+    p.add_argument(
+        "--itl-per-concurrent-ms",
+        type=float,
+        default=d.itl_per_concurrent_ms,
+        help="decode: added per other concurrent decode",
+    )
+    p.add_argument("--no-delay", action="store_true", help="skip every sleep")
+    p.add_argument(
+        "--output-tokens", type=int, default=d.output_tokens, help="tokens when no max_tokens"
+    )
+    p.add_argument("--log-level", default="warning")
+    return p
+
+
+def settings_from_args(args: argparse.Namespace) -> SimSettings:
+    return SimSettings(
+        models=tuple(args.models or (DEFAULT_MODEL,)),
+        max_model_len=args.max_model_len,
+        ttft_base_ms=args.ttft_base_ms,
+        ttft_per_token_ms=args.ttft_per_token_ms,
+        itl_ms=args.itl_ms,
+        itl_per_concurrent_ms=args.itl_per_concurrent_ms,
+        no_delay=args.no_delay,
+        output_tokens=args.output_tokens,
+    )
+
+
+class _HideSimulatedAborts(logging.Filter):
+    """uvicorn logs an aborted response as an application error; this one is on purpose."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, SimulatedAbort)
+
+
+class _AnnouncingServer(uvicorn.Server):
+    """A uvicorn server that prints the ready line once it accepts connections."""
+
+    def __init__(self, config: uvicorn.Config, sock: socket.socket, models: tuple[str, ...]):
+        super().__init__(config)
+        self._sock = sock
+        self._models = models
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if not self.started:
+            return
+        host, port = self._sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        print(f"SIM_LISTENING http://{shown}:{port}", flush=True)
+        logger.warning("simulator (not a real engine) serving %s on port %d", self._models, port)
+
+
+async def serve(settings: SimSettings, host: str, port: int, log_level: str) -> None:
+    """Serve until stopped; announce the bound address once the server accepts connections."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    config = uvicorn.Config(
+        create_sim_app(settings),
+        loop="uvloop",
+        http="httptools",
+        lifespan="off",
+        access_log=False,
+        log_level=log_level,
+        timeout_keep_alive=30,
+        timeout_graceful_shutdown=1,
+        backlog=4096,
+    )
+    logging.getLogger("uvicorn.error").addFilter(_HideSimulatedAborts())
+    await _AnnouncingServer(config, sock, settings.models).serve(sockets=[sock])
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    settings = settings_from_args(args)
+    uvloop.run(serve(settings, args.host, args.port, args.log_level))
+    sys.stdout.flush()

@@ -1,0 +1,39 @@
+"""The simulator's settings: served models, context length and the timing model's knobs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_MODEL = "sim-model"
+
+
+@dataclass(frozen=True, slots=True)
+class SimSettings:
+    """How the simulated vLLM server behaves.
+
+    Timing model (milliseconds): time to first token is
+    ``ttft_base_ms + ttft_per_token_ms * prompt_tokens`` (prefill); each further token follows
+    after ``itl_ms + itl_per_concurrent_ms * (concurrent_decodes - 1)`` (decode). ``no_delay``
+    skips every sleep::
+
+        settings = SimSettings(models=("m",), no_delay=True)
+        app = create_sim_app(settings)
+    """
+
+    models: tuple[str, ...] = (DEFAULT_MODEL,)
+    max_model_len: int = 4096
+    ttft_base_ms: float = 20.0
+    ttft_per_token_ms: float = 0.1
+    itl_ms: float = 10.0
+    itl_per_concurrent_ms: float = 0.2
+    no_delay: bool = False
+    output_tokens: int = 16
+    embedding_dim: int = 32
+    # Bounded so that a long benchmark does not grow the simulator's memory.
+    max_records: int = 10_000
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise ValueError("the simulator needs at least one model name")
+        if self.max_model_len < 1 or self.output_tokens < 1 or self.max_records < 1:
+            raise ValueError("max_model_len, output_tokens and max_records must be positive")
