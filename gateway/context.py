@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gateway.asgi import Scope
+from gateway.proxy.sse import StreamMeter
 
 SCOPE_KEY = "gateway.context"
 
@@ -21,6 +22,8 @@ class RequestContext:
     error_code: str | None = None
     time_to_first_byte: float | None = None
     client_disconnected: bool = False
+    meter: StreamMeter | None = None
+    """What the response carried (usage, token times, finish reasons), once relayed."""
     extra: dict[str, object] = field(default_factory=dict)
 
 

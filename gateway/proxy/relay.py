@@ -12,6 +12,7 @@ from gateway.asgi import JSON, Send, send_response
 from gateway.context import RequestContext
 from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
+from gateway.proxy.sse import StreamMeter
 from gateway.proxy.upstream import UpstreamResponse
 
 
@@ -25,18 +26,21 @@ async def relay_stream(
             "headers": response.relay_headers(),
         }
     )
+    meter = ctx.meter = StreamMeter()
     first = True
     try:
         async for chunk in response.chunks():
             if first:
                 first = False
                 _first_byte(ctx, metrics)
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            out = meter.feed(chunk)
+            if out:
+                await send({"type": "http.response.body", "body": out, "more_body": True})
     except GatewayError as err:
         ctx.error_code = err.code
         metrics.upstream_errors.labels(ctx.pool or "", err.code or "error").inc()
         await send({"type": "http.response.body", "body": err.sse_event(), "more_body": True})
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    await send({"type": "http.response.body", "body": meter.flush(), "more_body": False})
 
 
 async def relay_whole(
@@ -45,6 +49,8 @@ async def relay_whole(
     """A non-streaming answer: read it whole (it is one JSON document), then send it."""
     body = await response.read()
     _first_byte(ctx, metrics)
+    ctx.meter = StreamMeter()
+    ctx.meter.observe_document(body)
     headers = response.relay_headers()
     content_type = next((v for k, v in headers if k == b"content-type"), JSON)
     others = [h for h in headers if h[0] != b"content-type"]

@@ -1,0 +1,155 @@
+"""Meter an OpenAI server-sent-event stream chunk by chunk, without re-serialising it.
+
+The relay forwards the upstream's bytes; the meter only reads them to learn when the first and last
+tokens came, how many output chunks there were, the ``usage`` block and the finish reasons::
+
+    meter = StreamMeter()
+    for chunk in upstream_chunks:
+        out = meter.feed(chunk)     # the bytes to forward (the chunk itself unless stripping)
+    meter.usage, meter.first_token_at, meter.content_events
+
+With ``strip_usage=True`` the usage-only event (``"choices": []`` plus ``usage``, which the gateway
+asked for on the client's behalf) is removed from what is forwarded; only then are incomplete events
+held back until their end arrives, so the event is never half sent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+_DONE = b"[DONE]"
+
+
+class StreamMeter:
+    __slots__ = (
+        "_clock",
+        "_strip_usage",
+        "_tail",
+        "content_events",
+        "done",
+        "events",
+        "finish_reasons",
+        "first_token_at",
+        "last_token_at",
+        "response_id",
+        "response_model",
+        "usage",
+    )
+
+    def __init__(
+        self, *, strip_usage: bool = False, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self._clock = clock
+        self._strip_usage = strip_usage
+        self._tail = b""
+        self.events = 0
+        self.content_events = 0
+        self.first_token_at: float | None = None
+        self.last_token_at: float | None = None
+        self.usage: dict[str, Any] | None = None
+        self.finish_reasons: list[str] = []
+        self.response_id: str | None = None
+        self.response_model: str | None = None
+        self.done = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Meter one chunk; returns the bytes to forward to the client."""
+        data = self._tail + chunk if self._tail else chunk
+        *complete, self._tail = data.split(b"\n\n")
+        kept: list[bytes] = []
+        for event in complete:
+            if not (self._meter_event(event) and self._strip_usage):
+                kept.append(event)
+        if not self._strip_usage:
+            return chunk
+        if not kept:
+            return b""
+        # Only whole events are forwarded in stripping mode; the tail waits for its end.
+        return b"\n\n".join(kept) + b"\n\n"
+
+    def flush(self) -> bytes:
+        """What is left at the end of the stream (an unterminated event, in stripping mode)."""
+        tail, self._tail = self._tail, b""
+        return tail if self._strip_usage else b""
+
+    def observe_document(self, body: bytes) -> None:
+        """Meter a whole non-streaming answer (one JSON document) the same way."""
+        try:
+            document = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return
+        if not isinstance(document, dict):
+            return
+        self.response_id = document.get("id")
+        self.response_model = document.get("model")
+        usage = document.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+        for choice in document.get("choices") or ():
+            if isinstance(choice, dict) and choice.get("finish_reason"):
+                self.finish_reasons.append(choice["finish_reason"])
+
+    def _meter_event(self, event: bytes) -> bool:
+        """Record one event; True if it is a usage-only event."""
+        payload = _data_of(event)
+        if payload is None:
+            return False
+        if payload == _DONE:
+            self.done = True
+            return False
+        try:
+            message = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return False
+        if not isinstance(message, dict):
+            return False
+        self.events += 1
+        if self.response_id is None:
+            self.response_id = message.get("id")
+            self.response_model = message.get("model")
+        usage = message.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+        choices = message.get("choices")
+        if choices:
+            self._meter_choices(choices)
+            return False
+        return isinstance(usage, dict)
+
+    def _meter_choices(self, choices: list[Any]) -> None:
+        produced = False
+        for choice in choices:
+            if not isinstance(choice, dict):
+                continue
+            if _has_output(choice):
+                produced = True
+            reason = choice.get("finish_reason")
+            if reason:
+                self.finish_reasons.append(reason)
+        if produced:
+            now = self._clock()
+            if self.first_token_at is None:
+                self.first_token_at = now
+            self.last_token_at = now
+            self.content_events += 1
+
+
+def _data_of(event: bytes) -> bytes | None:
+    """The ``data:`` payload of one SSE event (joined if on several lines), else None."""
+    if event.startswith(b"data: ") and b"\n" not in event:
+        return event[6:].strip()
+    lines = [line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:")]
+    return b"\n".join(lines).strip() if lines else None
+
+
+def _has_output(choice: dict[str, Any]) -> bool:
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        return bool(
+            delta.get("content") or delta.get("tool_calls") or delta.get("reasoning_content")
+        )
+    return bool(choice.get("text"))
