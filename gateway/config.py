@@ -47,6 +47,13 @@ class PoolConfig(Strict):
     timeouts: Timeouts = Timeouts()
     health: HealthCheck = HealthCheck()
     max_connections: int = Field(1024, gt=0)
+    forward_headers: frozenset[str] = frozenset()
+    """Client request headers passed on to this pool, beyond the gateway's own."""
+
+    @field_validator("forward_headers")
+    @classmethod
+    def _lower_case(cls, names: frozenset[str]) -> frozenset[str]:
+        return frozenset(n.lower() for n in names)
 
     @field_validator("urls")
     @classmethod

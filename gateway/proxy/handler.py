@@ -44,7 +44,8 @@ class ProxyEndpoint:
             ctx.replica = replica.url
             watch = DisconnectWatch(receive)
             try:
-                await self._exchange(route.pool, replica, upstream_body, send, ctx)
+                headers = _upstream_headers(scope, route.pool, ctx)
+                await self._exchange(route.pool, replica, upstream_body, headers, send, ctx)
             except asyncio.CancelledError:
                 if not watch.client_gone():
                     raise
@@ -55,13 +56,15 @@ class ProxyEndpoint:
                 watch.stop()
 
     async def _exchange(
-        self, pool: Pool, replica: Replica, body: bytes, send: Send, ctx: RequestContext
+        self,
+        pool: Pool,
+        replica: Replica,
+        body: bytes,
+        headers: list[tuple[bytes, bytes]],
+        send: Send,
+        ctx: RequestContext,
     ) -> None:
         client = self.state.clients[pool.name]
-        headers = (
-            (b"content-type", b"application/json"),
-            (b"x-request-id", ctx.request_id.encode()),
-        )
         try:
             response = await client.send(replica.url + self.path, headers, body)
             await self._relay(response, send, ctx)
@@ -91,6 +94,14 @@ class ProxyEndpoint:
     def _count_error(self, ctx: RequestContext, err: GatewayError) -> None:
         ctx.error_code = err.code
         self.state.metrics.upstream_errors.labels(ctx.pool or "", err.code or "error").inc()
+
+
+def _upstream_headers(scope: Scope, pool: Pool, ctx: RequestContext) -> list[tuple[bytes, bytes]]:
+    headers = [(b"content-type", b"application/json"), (b"x-request-id", ctx.request_id.encode())]
+    forwarded = pool.forward_headers
+    if forwarded:
+        headers.extend((k, v) for k, v in scope["headers"] if k in forwarded)
+    return headers
 
 
 def _upstream_body(request: ParsedRequest, route: ModelRoute) -> bytes:

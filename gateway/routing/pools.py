@@ -41,6 +41,7 @@ class Pool:
         self.name = name
         self.config = config
         self.replicas = [Replica(url) for url in config.urls]
+        self.forward_headers = frozenset(n.encode() for n in config.forward_headers)
         self._next = 0  # rotates the starting point so equal loads spread evenly
 
     @property
