@@ -1,0 +1,252 @@
+"""The serving config: one model served by a prefill/decode (PD) pool and a colocated pool.
+
+One YAML file is the single source of truth for the Ray Serve apps, the Serve config rendered for
+``serve deploy`` and the ``serveConfigV2`` block of a KubeRay RayService. The models are strict and
+frozen: an unknown key is an error naming its path, and the checks in :mod:`serve_app.checks`
+catch the mistakes that otherwise break a deployment silently (a misspelt NIXL backend key, EFA's
+backend without EFA's environment, prefill and decode on different models, ...)::
+
+    cfg = load_serving_config("examples/serving/qwen3.5-9b-g6.yaml")
+    cfg.pd.decode.kv_transfer_config.kv_connector_extra_config.backends   # ("LIBFABRIC",)
+
+Strings may name environment variables, ``${VAR}`` or ``${VAR:-default}`` (the local profile
+points the model source at a folder it generates this way).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class Strict(BaseModel):
+    """Unknown keys are errors; a close match among the known keys is suggested."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    removed_keys: ClassVar[Mapping[str, str]] = {}
+    """Keys that once existed, with what to write instead."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unknown_keys_suggest(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            known = set(cls.model_fields)
+            for key in data:
+                if key in cls.removed_keys:
+                    raise ValueError(f"{key}: {cls.removed_keys[key]}")
+                if key not in known:
+                    close = difflib.get_close_matches(str(key), sorted(known), n=1)
+                    hint = f" (did you mean {close[0]!r}?)" if close else ""
+                    raise ValueError(f"{key}: unknown key{hint}")
+        return data
+
+
+class ModelSpec(Strict):
+    id: str = Field(min_length=1)
+    """The name clients ask for (``model`` in OpenAI requests); Ray Serve's ``model_id``."""
+    source: str = Field(min_length=1)
+    """A Hugging Face hub name (``Qwen/Qwen3.5-9B``) or a local folder with the weights."""
+    tokenizer: str | None = None
+    """Hub name or folder of the tokenizer, when it is not the model's own."""
+    max_model_len: int = Field(gt=0)
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+
+
+class Accelerator(Strict):
+    kind: Literal["gpu", "cpu"] = "gpu"
+    type: str | None = None
+    """Ray's accelerator type for GPU replicas, for example ``L4`` on g6 instances."""
+
+    @model_validator(mode="after")
+    def _type_only_for_gpu(self) -> Accelerator:
+        if self.kind == "cpu" and self.type is not None:
+            raise ValueError("type: an accelerator type needs kind: gpu")
+        return self
+
+
+class Autoscaling(Strict):
+    min_replicas: int = Field(ge=0)
+    max_replicas: int = Field(ge=1)
+    target_ongoing_requests: float = Field(2.0, gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Autoscaling:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("min_replicas: greater than max_replicas")
+        return self
+
+
+class Scaling(Strict):
+    """Either a fixed ``replicas`` count or ``autoscaling`` bounds (one replica by default)."""
+
+    replicas: int | None = Field(None, ge=1)
+    autoscaling: Autoscaling | None = None
+    max_ongoing_requests: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> Scaling:
+        if self.replicas is not None and self.autoscaling is not None:
+            raise ValueError("replicas: set either replicas or autoscaling, not both")
+        return self
+
+
+class NixlExtraConfig(Strict):
+    """vLLM's ``kv_connector_extra_config`` for the NixlConnector. Strict on purpose: vLLM ignores
+    unknown keys, so ``backend: [LIBFABRIC]`` silently leaves NIXL on UCX (TCP speed on EFA)."""
+
+    backends: tuple[Literal["UCX", "LIBFABRIC"], ...] = Field(min_length=1)
+    # The other keys vLLM 0.32's NIXL connector reads, all optional.
+    enforce_handshake_compat: bool | None = None
+    num_threads: int | None = Field(None, ge=1)
+    kv_lease_duration: float | None = Field(None, gt=0)
+    engine_ttl: float | None = Field(None, gt=0)
+    bidirectional_kv_xfer: bool | None = None
+    kv_recompute_threshold: int | None = Field(None, ge=0)
+    decoder_kv_blocks_ttl: float | None = Field(None, gt=0)
+    push_registration_timeout: float | None = Field(None, gt=0)
+
+
+class KVTransferConfig(Strict):
+    """vLLM's ``kv_transfer_config``, with vLLM's own key names."""
+
+    kv_connector: Literal["NixlConnector"]
+    kv_role: Literal["kv_both", "kv_producer", "kv_consumer"] = "kv_both"
+    kv_buffer_device: Literal["cuda", "cpu"]
+    engine_id: str | None = None
+    """Ray appends the replica's side-channel host and port, so one id serves all replicas."""
+    kv_connector_extra_config: NixlExtraConfig
+
+
+class Deployment(Scaling):
+    engine_kwargs: dict[str, Any] = {}
+    """vLLM engine arguments beyond those the config names itself (``enforce_eager``, ...)."""
+    env: dict[str, str] = {}
+    """Environment of this deployment's replicas, over the config's top-level ``env``."""
+
+
+class PDSide(Deployment):
+    kv_transfer_config: KVTransferConfig | None = None
+    """Required; optional in the type only so that its absence gets a message of its own."""
+    model_source: str | None = None
+    """Overrides ``model.source`` for this side (a new revision rolled out side by side)."""
+    side_channel_port_base: int | None = Field(None, ge=1024, le=65535)
+    """NIXL's side-channel port base on this side (Ray's defaults: prefill 20000, decode 22000)."""
+
+
+class PDPool(Strict):
+    app_name: str = "pd"
+    route_prefix: str = Field("/pd", pattern=r"^/\S*$")
+    ingress: Scaling = Scaling()
+    prefill: PDSide
+    decode: PDSide
+
+    removed_keys: ClassVar[Mapping[str, str]] = {
+        "proxy_cls_config": "removed from Ray Serve LLM in 2.59 (the PD proxy is gone: decode "
+        "calls prefill itself); configure the ingress deployment under pd.ingress instead",
+    }
+
+
+class ColocatedPool(Deployment):
+    app_name: str = "colocated"
+    route_prefix: str = Field("/colocated", pattern=r"^/\S*$")
+    model_source: str | None = None
+
+
+class ServeOptions(Strict):
+    """Ray Serve's HTTP proxy (``http_options`` of the Serve config)."""
+
+    http_host: str = "0.0.0.0"  # noqa: S104 - in a pod the proxy must listen beyond loopback
+    http_port: int = Field(8000, ge=0, le=65535)
+
+
+class ServingConfig(Strict):
+    model: ModelSpec
+    accelerator: Accelerator = Accelerator()
+    serve: ServeOptions = ServeOptions()
+    env: dict[str, str] = {}
+    """Environment of every replica (prefill, decode, colocated)."""
+    pd: PDPool | None = None
+    colocated: ColocatedPool | None = None
+
+    @model_validator(mode="after")
+    def _checked(self) -> ServingConfig:
+        from serve_app.checks import check_serving_config  # the rules live in their own module
+
+        problems = check_serving_config(self)
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+
+class ConfigError(Exception):
+    """A serving config that cannot be used; the message lists every problem with its key path."""
+
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def interpolate_env(value: Any, env: Mapping[str, str], path: str = "") -> Any:
+    """Replace ``${VAR}`` / ``${VAR:-default}`` in every string of a parsed YAML document."""
+    if isinstance(value, dict):
+        return {
+            k: interpolate_env(v, env, f"{path}.{k}" if path else str(k)) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [interpolate_env(v, env, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, str):
+
+        def substitute(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in env:
+                return env[name]
+            if default is not None:
+                return default
+            raise ConfigError(f"{path}: environment variable {name} is not set")
+
+        return _ENV_REF.sub(substitute, value)
+    return value
+
+
+def format_validation_error(err: ValidationError) -> str:
+    """One line per problem, each starting with the dotted path of the key at fault."""
+    lines = []
+    for e in err.errors():
+        where = ".".join(str(p) for p in e["loc"])
+        message = str(e["msg"]).removeprefix("Value error, ")
+        if e["type"] != "value_error":
+            lines.append(f"{where}: {message.lower()}" if where else message)
+            continue
+        # Our own checks start each line with the key at fault, relative to where they run.
+        lines.extend(f"{where}.{line}" if where else line for line in message.splitlines())
+    return "\n".join(lines)
+
+
+def parse_serving_config(document: Any, env: Mapping[str, str] | None = None) -> ServingConfig:
+    if not isinstance(document, dict):
+        raise ConfigError("the serving config must be a mapping at the top level")
+    data = interpolate_env(document, os.environ if env is None else env)
+    try:
+        return ServingConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err)) from None
+
+
+def load_serving_config(path: str | Path, env: Mapping[str, str] | None = None) -> ServingConfig:
+    """Read, interpolate and validate a serving config file; raises :class:`ConfigError`."""
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise ConfigError(f"{path}: {err.strerror}") from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    return parse_serving_config(document, env)
