@@ -1,0 +1,10 @@
+"""Accounting: prompt token counting (``tokens``) and, beside it, the usage ledger."""
+
+from gateway.accounting.tokens import (
+    TokenCounter,
+    TokenizerConfig,
+    TokenizerUnavailable,
+    build_token_counter,
+)
+
+__all__ = ["TokenCounter", "TokenizerConfig", "TokenizerUnavailable", "build_token_counter"]
