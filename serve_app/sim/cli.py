@@ -58,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--output-tokens", type=int, default=d.output_tokens, help="tokens when no max_tokens"
     )
+    p.add_argument(
+        "--max-records",
+        type=int,
+        default=d.max_records,
+        help="request records kept for GET /sim/requests (the oldest are dropped)",
+    )
     p.add_argument("--log-level", default="warning")
     return p
 
@@ -72,6 +78,7 @@ def settings_from_args(args: argparse.Namespace) -> SimSettings:
         itl_per_concurrent_ms=args.itl_per_concurrent_ms,
         no_delay=args.no_delay,
         output_tokens=args.output_tokens,
+        max_records=args.max_records,
     )
 
 

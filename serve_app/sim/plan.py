@@ -83,13 +83,19 @@ def plan_completion(body: dict[str, Any], settings: SimSettings, chat: bool) -> 
             "length of the input prompt or the number of requested output tokens.",
             "input_tokens",
         )
+    stream = bool(body.get("stream", False))
     options = body.get("stream_options")
+    if options and not stream:
+        # vLLM rejects this too; a gateway must not inject stream_options into a non-stream.
+        raise SimRequestError(
+            400, "Stream options can only be defined when `stream=True`.", "stream_options"
+        )
     include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
     return CompletionPlan(
         model=model,
         prompt_tokens=prompt_tokens,
         max_tokens=max_tokens,
         seed=text.prompt_seed(prompt),
-        stream=bool(body.get("stream", False)),
+        stream=stream,
         include_usage=include_usage,
     )

@@ -21,6 +21,7 @@ _ERROR_TYPES = {
     422: "UnprocessableEntityError",
     500: "InternalServerError",
     501: "NotImplementedError",
+    503: "ServiceUnavailableError",
 }
 
 
