@@ -12,21 +12,23 @@ from typing import Any, TypedDict
 
 
 class RequestRecord(TypedDict):
-    seq: int
-    request_id: str | None
+    """One request as the simulator saw it; times are ``time.time()`` seconds."""
+
+    seq: int  # 1, 2, ... in arrival order; not reset by /sim/reset
+    request_id: str | None  # the incoming x-request-id header
     path: str
     model: str | None
     stream: bool
-    body: Any
-    headers: dict[str, str]
+    body: Any  # the parsed JSON body; None when it was not JSON
+    headers: dict[str, str]  # lower-case names
     received_at: float
-    first_token_at: float | None
-    completed_at: float | None
-    cancelled: bool
+    first_token_at: float | None  # the first token produced (after the prefill delay)
+    completed_at: float | None  # the response finished (or the simulator aborted it)
+    cancelled: bool  # the client went away before the response finished
     cancelled_at: float | None
-    chunks_sent: int
-    aborted: bool
-    status: int | None
+    chunks_sent: int  # streamed token chunks (the role chunk and usage chunk not counted)
+    aborted: bool  # the simulator dropped the connection (x-sim-fail-after)
+    status: int | None  # the status answered; None when none was
 
 
 class RequestLog:
