@@ -65,7 +65,11 @@ def write_config(path: Path, config: dict[str, Any]) -> Path:
 
 @contextmanager
 def start_gateway(
-    config: dict[str, Any], tmp_path: Path, *, env: dict[str, str] | None = None, ready: str = "/healthz"
+    config: dict[str, Any],
+    tmp_path: Path,
+    *,
+    env: dict[str, str] | None = None,
+    ready: str = "/healthz",
 ) -> Iterator[GatewayProcess]:
     """Run ``pd-gateway run`` on a free loopback port until the block ends."""
     port = free_port()

@@ -5,7 +5,10 @@ import pytest
 from gateway.cli import main
 from gateway.config import ConfigError, load_config, parse_config
 
-MINIMAL = {"pools": {"pd": {"urls": ["http://127.0.0.1:8000/pd/"]}}, "models": {"m": {"pool": "pd"}}}
+MINIMAL = {
+    "pools": {"pd": {"urls": ["http://127.0.0.1:8000/pd/"]}},
+    "models": {"m": {"pool": "pd"}},
+}
 
 
 def test_minimal_config_gets_defaults_and_trims_urls() -> None:
@@ -17,7 +20,9 @@ def test_minimal_config_gets_defaults_and_trims_urls() -> None:
 
 def test_unknown_key_names_its_path() -> None:
     doc = {**MINIMAL, "pools": {"pd": {"urls": ["http://x:1"], "timeouts": {"idel": 3}}}}
-    with pytest.raises(ConfigError, match=r"pools\.pd\.timeouts\.idel: extra inputs are not permitted"):
+    with pytest.raises(
+        ConfigError, match=r"pools\.pd\.timeouts\.idel: extra inputs are not permitted"
+    ):
         parse_config(doc, env={})
 
 
@@ -55,7 +60,9 @@ def test_environment_interpolation() -> None:
 
 def test_missing_environment_variable_names_the_key() -> None:
     doc = {"pools": {"pd": {"urls": ["http://${NOPE}/pd"]}}, "models": {"m": {"pool": "pd"}}}
-    with pytest.raises(ConfigError, match=r"pools\.pd\.urls\[0\]: environment variable NOPE is not set"):
+    with pytest.raises(
+        ConfigError, match=r"pools\.pd\.urls\[0\]: environment variable NOPE is not set"
+    ):
         parse_config(doc, env={})
 
 
@@ -72,6 +79,8 @@ def test_check_config_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert main(["check-config", str(good)]) == 0
     assert "OK" in capsys.readouterr().out
     bad = tmp_path / "bad.yaml"
-    bad.write_text("pools: {pd: {urls: ['http://127.0.0.1:1'], colour: red}}\nmodels: {m: {pool: pd}}\n")
+    bad.write_text(
+        "pools: {pd: {urls: ['http://127.0.0.1:1'], colour: red}}\nmodels: {m: {pool: pd}}\n"
+    )
     assert main(["check-config", str(bad)]) == 1
     assert "pools.pd.colour" in capsys.readouterr().err
