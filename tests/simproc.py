@@ -65,7 +65,10 @@ class SimProcess:
         httpx.post(self.url + "/sim/reset", timeout=10).raise_for_status()
 
     def stop(self, timeout: float = 5.0) -> int:
-        """SIGTERM, then SIGKILL if it does not exit in ``timeout`` seconds; the exit code."""
+        """SIGTERM, then SIGKILL if it does not exit in ``timeout`` seconds; the exit code.
+
+        A graceful stop returns -15: uvicorn re-raises the signal after its shutdown.
+        """
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:

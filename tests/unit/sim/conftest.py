@@ -7,9 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.simproc import SimProcess, spawn_sim
-
-MODELS = ("sim-model", "other-model")
-MAX_MODEL_LEN = 256
+from tests.unit.sim.sim_args import MAX_MODEL_LEN, MODELS
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 
 from serve_app.sim import text
 from tests.simproc import SimProcess
-from tests.unit.sim.conftest import MAX_MODEL_LEN, MODELS
+from tests.unit.sim.sim_args import MAX_MODEL_LEN, MODELS
 
 MESSAGES = [
     {"role": "system", "content": "You are terse."},
