@@ -26,6 +26,7 @@ from gateway.proxy.handler import ProxyEndpoint
 from gateway.proxy.parse import Operation
 from gateway.proxy.upstream import AiohttpUpstream
 from gateway.state import GatewayState, UpstreamFactory
+from gateway.telemetry.server import ServerSpanMiddleware
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +64,12 @@ def create_app(
         middleware=[
             Middleware(
                 RequestIdMiddleware, metrics=state.metrics, access_log=config.server.access_log
-            )
+            ),
+            Middleware(
+                ServerSpanMiddleware,
+                tracing=state.tracing,
+                traced_paths=["/v1/" + op.value for op in Operation],
+            ),
         ],
         exception_handlers={
             errors.GatewayError: _render_gateway_error,

@@ -19,6 +19,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gateway.telemetry.config import TracingConfig
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -87,6 +89,7 @@ class GatewayConfig(Strict):
     server: ServerConfig = ServerConfig()
     pools: dict[str, PoolConfig] = Field(min_length=1)
     models: dict[str, ModelConfig] = Field(min_length=1)
+    tracing: TracingConfig = TracingConfig()
 
     @model_validator(mode="after")
     def _models_name_known_pools(self) -> GatewayConfig:

@@ -22,6 +22,12 @@ class RequestContext:
     error_code: str | None = None
     time_to_first_byte: float | None = None
     client_disconnected: bool = False
+    # Who and where, for spans and metrics: set by authentication (tenant, key) and routing
+    # (variant, reason); ids only, never secrets.
+    tenant_id: str | None = None
+    key_public_id: str | None = None
+    variant: str | None = None
+    routing_reason: str | None = None
     meter: StreamMeter | None = None
     """What the response carried (usage, token times, finish reasons), once relayed."""
     extra: dict[str, object] = field(default_factory=dict)

@@ -72,6 +72,7 @@ class Metrics:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         metrics = self.state.metrics
         for pool in self.state.pools.values():
+            metrics.pool_healthy.labels(pool.name).set(1 if pool.healthy else 0)
             for r in pool.replicas:
                 metrics.replica_healthy.labels(pool.name, r.url).set(1 if r.healthy else 0)
                 metrics.replica_outstanding.labels(pool.name, r.url).set(r.outstanding)

@@ -26,6 +26,9 @@ LATENCY_BUCKETS = (
     60,
     120,
 )
+# The bucket boundaries OpenTelemetry's GenAI semantic conventions advise for these two.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
+TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5)
 
 
 class GatewayMetrics:
@@ -35,7 +38,9 @@ class GatewayMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
-            "gateway_requests", "Requests answered", ["model", "pool", "status"], registry=r
+            "gateway_requests", "Requests answered",
+            ["model", "pool", "variant", "status"],
+            registry=r,
         )
         self.in_flight = Gauge("gateway_requests_in_flight", "Requests in progress", registry=r)
         self.duration = Histogram(
@@ -69,6 +74,44 @@ class GatewayMetrics:
         )
         self.replica_outstanding = Gauge(
             "gateway_replica_outstanding", "Requests outstanding", ["pool", "replica"], registry=r
+        )
+        self.pool_healthy = Gauge(
+            "gateway_pool_healthy", "1 if the pool has a replica in rotation", ["pool"], registry=r
+        )
+        # Per phase (issue 7): named after gen_ai.server.time_to_first_token and
+        # gen_ai.server.time_per_output_token; prompt_length is a band ("256-1k"), never a number.
+        self.time_to_first_token = Histogram(
+            "gen_ai_server_time_to_first_token_seconds",
+            "Time from request received to the first output token (streaming)",
+            ["model", "pool", "prompt_length"],
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.time_per_output_token = Histogram(
+            "gen_ai_server_time_per_output_token_seconds",
+            "Decode time per output token after the first (streaming)",
+            ["model", "pool"],
+            buckets=TPOT_BUCKETS,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "gateway_tokens",
+            "Tokens by tenant, model and direction (input or output)",
+            ["tenant", "model", "direction"],
+            registry=r,
+        )
+        # Counted by the limiter (issue 5) and the canary (issue 6).
+        self.rate_limit_refusals = Counter(
+            "gateway_rate_limit_refusals",
+            "Requests refused by a rate limit",
+            ["tenant", "limit"],
+            registry=r,
+        )
+        self.canary_rollbacks = Counter(
+            "gateway_canary_rollbacks",
+            "Canary variants rolled back automatically",
+            ["model", "variant"],
+            registry=r,
         )
 
     def render(self) -> bytes:

@@ -62,7 +62,7 @@ class RequestIdMiddleware:
         elapsed = time.perf_counter() - ctx.started
         if ctx.model is not None:
             model, pool = ctx.model, ctx.pool or ""
-            self.metrics.requests.labels(model, pool, str(ctx.status)).inc()
+            self.metrics.requests.labels(model, pool, ctx.variant or "", str(ctx.status)).inc()
             self.metrics.duration.labels(model, pool).observe(elapsed)
         if self.logger is not None:
             self.logger.info(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from gateway.errors import ModelNotFound
 from gateway.metrics import GatewayMetrics
 from gateway.proxy.upstream import AiohttpUpstream, UpstreamClient
 from gateway.routing.pools import Pool, ProbeFn, check_forever, check_once
+from gateway.telemetry import Tracing, TracingConfig, build_tracing
 
 UpstreamFactory = Callable[[PoolConfig], UpstreamClient]
 
@@ -35,6 +37,7 @@ class GatewayState:
     started_at: int = field(default_factory=lambda: int(time.time()))
     clients: dict[str, UpstreamClient] = field(default_factory=dict)
     _health_tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    tracing: Tracing = field(default_factory=lambda: build_tracing(TracingConfig(), {}))
 
     @classmethod
     def build(
@@ -45,7 +48,8 @@ class GatewayState:
             name: ModelRoute(name, pools[m.pool], m.upstream_model, m.owned_by)
             for name, m in config.models.items()
         }
-        return cls(config, GatewayMetrics(), pools, models, upstream_factory)
+        tracing = build_tracing(config.tracing, os.environ)
+        return cls(config, GatewayMetrics(), pools, models, upstream_factory, tracing=tracing)
 
     def route(self, model: str) -> ModelRoute:
         try:
@@ -74,6 +78,7 @@ class GatewayState:
         for client in self.clients.values():
             await client.aclose()
         self.clients.clear()
+        await asyncio.to_thread(self.tracing.shutdown)  # flush the spans still queued
 
     def _probe_for(self, pool: Pool) -> ProbeFn:
         client = self.clients[pool.name]

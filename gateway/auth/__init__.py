@@ -1,0 +1,1 @@
+"""Multi-tenant API keys: key format and hashing, the key store, the cache, the middleware."""

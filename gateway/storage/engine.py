@@ -1,0 +1,69 @@
+"""Open an async SQLAlchemy engine for the configured store, with each backend set up properly.
+
+SQLite: WAL (readers never block the writer), a busy timeout, foreign keys on, and transactions
+that begin with ``BEGIN IMMEDIATE`` so that DDL is transactional and two writers queue on the
+busy timeout instead of failing with SQLITE_BUSY when a read lock cannot be upgraded.
+PostgreSQL: asyncpg, a small pool, pre-ping so a restarted server costs no failed request.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from gateway.storage.config import StorageConfig
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def async_url(config: StorageConfig) -> URL:
+    """The configured URL with the async driver each backend uses."""
+    url = make_url(config.url)
+    driver = "sqlite+aiosqlite" if config.backend == "sqlite" else "postgresql+asyncpg"
+    return url.set(drivername=driver)
+
+
+def create_engine(config: StorageConfig) -> AsyncEngine:
+    """An engine; no connection is made until first use."""
+    url = async_url(config)
+    if config.backend == "sqlite":
+        return _sqlite_engine(url, config)
+    return create_async_engine(
+        url,
+        pool_size=config.pool_size,
+        max_overflow=config.pool_size,
+        pool_pre_ping=True,
+        connect_args={"timeout": config.connect_timeout},
+    )
+
+
+def _sqlite_engine(url: URL, config: StorageConfig) -> AsyncEngine:
+    assert url.database is not None
+    Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_async_engine(url, connect_args={"timeout": config.connect_timeout})
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take transaction control from the driver: it would otherwise begin lazily and commit
+        # before DDL, which makes migrations non-atomic.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        # busy_timeout first: switching to WAL needs a lock that another opener may hold.
+        for pragma in (
+            f"busy_timeout={SQLITE_BUSY_TIMEOUT_MS}",
+            "journal_mode=WAL",
+            "synchronous=NORMAL",
+            "foreign_keys=ON",
+        ):
+            cursor.execute("PRAGMA " + pragma)
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine

@@ -1,0 +1,11 @@
+"""Every component's migrations, listed once: the store is migrated with all of them together."""
+
+from __future__ import annotations
+
+from gateway.auth.schema import AUTH_MIGRATIONS
+from gateway.storage.migrations import Migration
+
+
+def all_migrations() -> tuple[Migration, ...]:
+    """A component that keeps rows in the store adds its migrations tuple here."""
+    return (*AUTH_MIGRATIONS,)
