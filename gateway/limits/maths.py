@@ -1,0 +1,138 @@
+"""The limiter maths, on an explicit clock (seconds since the epoch), shared by the in-process
+backend and mirrored line for line by the Redis script (``redis_script.py``).
+
+Why a token bucket and not a sliding window: a reservation is taken before the request and
+settled to the real usage long after (a stream may run for minutes). A bucket settles by putting
+the unused tokens back into one number, wherever the request started; a window would have to find
+and rewrite the slot the reservation was charged to. The bucket of a per-minute limit L holds up to
+L and refills continuously at L per minute, so over any span of t seconds it admits at most
+L + L * t / 60: never more than the limit's burst plus its rate. A usage above the reservation
+drives the level below zero: that debt delays the next requests instead of being forgiven.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gateway.limits.config import LimitValues
+from gateway.limits.types import Quota, Refusal, Subject
+
+PERIOD = 60.0
+DAY = 86400
+
+
+def day_of(now: float) -> int:
+    """The UTC day number, which names the daily quota's counter."""
+    return int(now // DAY)
+
+
+@dataclass(slots=True)
+class Bucket:
+    level: float
+    updated: float
+
+    def refill(self, capacity: int, now: float) -> None:
+        if now > self.updated:
+            self.level += (now - self.updated) * capacity / PERIOD
+            self.updated = now
+        self.level = min(self.level, capacity)
+
+    def wait_for(self, amount: int, capacity: int) -> float:
+        """Seconds until ``amount`` is available (the level is refilled to ``now``)."""
+        return max(0.0, (amount - self.level) * PERIOD / capacity)
+
+    def quota(self, capacity: int) -> Quota:
+        remaining = max(0, math.floor(self.level))
+        return Quota(capacity, remaining, (capacity - self.level) * PERIOD / capacity)
+
+
+@dataclass(slots=True)
+class SubjectState:
+    """The counters of one key or tenant."""
+
+    requests: Bucket
+    tokens: Bucket
+    in_flight: int = 0
+    day: int = -1
+    day_used: int = 0
+
+    @classmethod
+    def fresh(cls, now: float) -> SubjectState:
+        return cls(Bucket(math.inf, now), Bucket(math.inf, now))
+
+    def refill(self, limits: LimitValues, now: float) -> None:
+        if limits.requests_per_minute is not None:
+            self.requests.refill(limits.requests_per_minute, now)
+        if limits.tokens_per_minute is not None:
+            self.tokens.refill(limits.tokens_per_minute, now)
+        today = day_of(now)
+        if self.day != today:
+            self.day, self.day_used = today, 0
+
+
+def check(subject: Subject, state: SubjectState, tokens: int, now: float) -> Refusal | None:
+    """Whether one more request of ``tokens`` fits every limit of ``subject`` (state refilled)."""
+    lim = subject.limits
+    rpm, tpm = lim.requests_per_minute, lim.tokens_per_minute
+    if rpm is not None and state.requests.level < 1:
+        used = rpm - max(0, math.floor(state.requests.level))
+        return Refusal(
+            subject, "requests per minute", rpm, used, 1, state.requests.wait_for(1, rpm)
+        )
+    if tpm is not None and state.tokens.level < tokens:
+        used = tpm - max(0, math.floor(state.tokens.level))
+        later = state.tokens.wait_for(tokens, tpm) if tokens <= tpm else None
+        return Refusal(subject, "tokens per minute", tpm, used, tokens, later)
+    conc = lim.concurrent_requests
+    if conc is not None and state.in_flight >= conc:
+        return Refusal(subject, "concurrent requests", conc, state.in_flight, 1, 1.0)
+    daily = lim.daily_tokens
+    if daily is not None and state.day_used + tokens > daily:
+        tomorrow = (state.day + 1) * DAY - now if tokens <= daily else None
+        return Refusal(subject, "tokens per day", daily, state.day_used, tokens, tomorrow)
+    return None
+
+
+def take(state: SubjectState, tokens: int) -> None:
+    state.requests.level -= 1
+    state.tokens.level -= tokens
+    state.in_flight += 1
+    state.day_used += tokens
+
+
+def give_back(
+    subject: Subject, state: SubjectState, reserved: int, used: int, day: int, now: float
+) -> None:
+    """Settle one request: unused tokens return (a refund is ``used=0``), its slot frees."""
+    state.refill(subject.limits, now)
+    tpm = subject.limits.tokens_per_minute
+    if tpm is not None:
+        state.tokens.level = min(tpm, state.tokens.level + reserved - used)
+    if state.day == day:
+        state.day_used = max(0, state.day_used + used - reserved)
+    state.in_flight = max(0, state.in_flight - 1)
+
+
+def tightest(current: Quota | None, candidate: Quota | None) -> Quota | None:
+    """The quota with the fewest remaining, which is what the headers report."""
+    if candidate is None:
+        return current
+    if current is None or candidate.remaining < current.remaining:
+        return candidate
+    return current
+
+
+def quotas(
+    subjects: tuple[Subject, ...], states: list[SubjectState]
+) -> tuple[Quota | None, Quota | None]:
+    """The requests and tokens quotas the response headers report: the tightest subject's."""
+    requests: Quota | None = None
+    tokens: Quota | None = None
+    for subject, state in zip(subjects, states, strict=True):
+        rpm, tpm = subject.limits.requests_per_minute, subject.limits.tokens_per_minute
+        if rpm is not None:
+            requests = tightest(requests, state.requests.quota(rpm))
+        if tpm is not None:
+            tokens = tightest(tokens, state.tokens.quota(tpm))
+    return requests, tokens

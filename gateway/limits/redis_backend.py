@@ -1,0 +1,154 @@
+"""The Redis limiter backend: one set of counters shared by every gateway replica.
+
+Each admission is one ``EVALSHA`` of an atomic script (see ``redis_script.py``); each settlement
+another, sent from a background task so a request that is being torn down still settles and the
+response never waits for it. ``aclose`` waits for the settlements still on their way::
+
+    limiter = RedisLimiter("redis://127.0.0.1:6379/0", prefix="pdgw:rl")
+    decision = await limiter.acquire(subjects, tokens=1200, request_id="r1")
+    limiter.settle(decision.ticket, used_tokens=800)
+    await limiter.aclose()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from gateway.limits.maths import Bucket, SubjectState, check, quotas
+from gateway.limits.redis_script import ACQUIRE, SETTLE
+from gateway.limits.types import Decision, Refusal, Subject, Ticket
+
+logger = logging.getLogger(__name__)
+
+NO_LIMIT = -1
+
+
+class RedisLimiter:
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str,
+        lease: float = 3600.0,
+        max_connections: int = 64,
+        timeout: float = 0.5,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url,
+            max_connections=max_connections,
+            timeout=timeout,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+        )
+        self._redis = aioredis.Redis.from_pool(pool)  # owns the pool: aclose closes it
+        self._acquire = self._redis.register_script(ACQUIRE)
+        self._settle = self._redis.register_script(SETTLE)
+        self._prefix = prefix
+        self._lease = lease
+        self._clock = clock  # None: Redis's own clock, the same for every replica
+        self._pending: set[asyncio.Task[None]] = set()
+        self.settle_failures = 0
+
+    def _keys(self, subjects: tuple[Subject, ...]) -> list[str]:
+        hashes = [f"{self._prefix}:{s.name}" for s in subjects]
+        return hashes + [h + ":inflight" for h in hashes]
+
+    def _now(self) -> str:
+        return "" if self._clock is None else repr(self._clock())
+
+    async def acquire(
+        self, subjects: tuple[Subject, ...], tokens: int, request_id: str
+    ) -> Decision:
+        args: list[str | int | float] = [
+            self._now(),
+            tokens,
+            request_id,
+            self._lease,
+            len(subjects),
+        ]
+        for s in subjects:
+            lim = s.limits
+            args += [
+                _arg(lim.requests_per_minute),
+                _arg(lim.tokens_per_minute),
+                _arg(lim.concurrent_requests),
+                _arg(lim.daily_tokens),
+            ]
+        reply = await self._acquire(keys=self._keys(subjects), args=args)
+        admitted, now, day = int(reply[0]), float(reply[1]), int(reply[2])
+        states = [
+            SubjectState(
+                Bucket(float(reply[3 + 4 * i]), now),
+                Bucket(float(reply[4 + 4 * i]), now),
+                int(reply[5 + 4 * i]),
+                day,
+                int(reply[6 + 4 * i]),
+            )
+            for i in range(len(subjects))
+        ]
+        requests, token_quota = quotas(subjects, states)
+        if admitted:
+            return Decision(Ticket(subjects, tokens, request_id, day), None, requests, token_quota)
+        return Decision(None, _refusal(subjects, states, tokens, now), requests, token_quota)
+
+    def settle(self, ticket: Ticket, used_tokens: int) -> None:
+        task = asyncio.get_running_loop().create_task(self._send_settle(ticket, used_tokens))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _send_settle(self, ticket: Ticket, used_tokens: int) -> None:
+        args: list[str | int | float] = [
+            self._now(),
+            ticket.tokens,
+            used_tokens,
+            ticket.request_id,
+            ticket.day,
+            len(ticket.subjects),
+        ]
+        for s in ticket.subjects:
+            args += [_arg(s.limits.tokens_per_minute), _arg(s.limits.daily_tokens)]
+        for attempt in range(3):
+            try:
+                await self._settle(keys=self._keys(ticket.subjects), args=args)
+                return
+            except RedisError as err:
+                if attempt == 2:
+                    # The reservation stays taken until it refills; the slot until its lease ends.
+                    self.settle_failures += 1
+                    logger.warning("rate limit settlement lost: %s", err)
+                    return
+                await asyncio.sleep(0.05 * (attempt + 1))
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self._redis.ping())
+        except RedisError:
+            return False
+
+    async def drain(self) -> None:
+        while self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+
+    async def aclose(self) -> None:
+        await self.drain()
+        await self._redis.aclose()
+
+
+def _arg(value: int | None) -> int:
+    return NO_LIMIT if value is None else value
+
+
+def _refusal(
+    subjects: tuple[Subject, ...], states: list[SubjectState], tokens: int, now: float
+) -> Refusal:
+    for subject, state in zip(subjects, states, strict=True):
+        refusal = check(subject, state, tokens, now)
+        if refusal is not None:
+            return refusal
+    raise AssertionError("the script refused a request that every limit admits")

@@ -1,0 +1,142 @@
+"""The Redis limiter's Lua scripts: ``maths.py`` transcribed, so one replica or ten admit alike.
+
+Redis runs a script atomically, so the check of every limit of every subject and the taking of
+them all happen as one step across every gateway replica. The clock is Redis's own ``TIME``
+(one clock for all replicas, so their skew cannot open a gap), unless a test passes ``now``.
+
+Per subject: a hash ``rl rt tl tt day du`` (requests level and time, tokens level and time, the
+UTC day and tokens used that day) and a sorted set of in-flight request ids scored by lease
+expiry, so a slot a crashed replica never released frees itself.
+
+ARGV of ACQUIRE: now|"", tokens, request id, lease, n, then n x (rpm, tpm, concurrency, daily),
+-1 for "no limit". Returns: admitted (0/1), now, day, then n x (rl, tl, in flight, day used),
+the state after taking (admitted) or before (refused); Python finds which limit refused with the
+same ``maths.check``.
+ARGV of SETTLE: now|"", reserved, used, request id, day, n, then n x (tpm, daily).
+"""
+
+from __future__ import annotations
+
+_COMMON = """
+local PERIOD = 60
+local DAY = 86400
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+local today = math.floor(now / DAY)
+
+local function refill(level, updated, cap)
+  if cap < 0 then return math.huge end
+  if level == nil then return cap end
+  if now > updated then level = level + (now - updated) * cap / PERIOD end
+  if level > cap then level = cap end
+  return level
+end
+
+local function ttl(rl, rpm, tl, tpm, daily)
+  local t = 1
+  if rpm > 0 then t = math.max(t, (rpm - rl) * PERIOD / rpm) end
+  if tpm > 0 then t = math.max(t, (tpm - tl) * PERIOD / tpm) end
+  if daily > 0 then t = math.max(t, (today + 1) * DAY - now) end
+  return math.ceil(t) + 1
+end
+
+local function load(key)
+  local h = redis.call('HMGET', key, 'rl', 'rt', 'tl', 'tt', 'day', 'du')
+  local du = tonumber(h[6]) or 0
+  if tonumber(h[5]) ~= today then du = 0 end
+  return tonumber(h[1]), tonumber(h[2]) or now, tonumber(h[3]), tonumber(h[4]) or now, du
+end
+
+local function store(key, rl, tl, du, rpm, tpm, daily)
+  local fields = {'rt', now, 'tt', now, 'day', today, 'du', du}
+  if rpm > 0 then table.insert(fields, 'rl'); table.insert(fields, rl) end
+  if tpm > 0 then table.insert(fields, 'tl'); table.insert(fields, tl) end
+  redis.call('HSET', key, unpack(fields))
+  redis.call('EXPIRE', key, ttl(rl, rpm, tl, tpm, daily))
+end
+"""
+
+ACQUIRE = (
+    _COMMON
+    + """
+local tokens = tonumber(ARGV[2])
+local rid = ARGV[3]
+local lease = tonumber(ARGV[4])
+local n = tonumber(ARGV[5])
+local st = {}
+local ok = 1
+for i = 1, n do
+  local b = 5 + (i - 1) * 4
+  local rpm, tpm, conc, daily = tonumber(ARGV[b+1]), tonumber(ARGV[b+2]),
+    tonumber(ARGV[b+3]), tonumber(ARGV[b+4])
+  local rl, rt, tl, tt, du = load(KEYS[i])
+  rl = refill(rl, rt, rpm)
+  tl = refill(tl, tt, tpm)
+  redis.call('ZREMRANGEBYSCORE', KEYS[n + i], '-inf', now)
+  local inflight = redis.call('ZCARD', KEYS[n + i])
+  if ok == 1 then
+    if rpm > 0 and rl < 1 then ok = 0
+    elseif tpm > 0 and tl < tokens then ok = 0
+    elseif conc > 0 and inflight >= conc then ok = 0
+    elseif daily > 0 and du + tokens > daily then ok = 0
+    end
+  end
+  st[i] = {rl, tl, inflight, du, rpm, tpm, daily}
+end
+if ok == 1 then
+  for i = 1, n do
+    local s = st[i]
+    s[1] = s[1] - 1
+    s[2] = s[2] - tokens
+    s[3] = s[3] + 1
+    s[4] = s[4] + tokens
+    store(KEYS[i], s[1], s[2], s[4], s[5], s[6], s[7])
+    redis.call('ZADD', KEYS[n + i], now + lease, rid)
+    redis.call('EXPIRE', KEYS[n + i], math.ceil(lease) + 1)
+  end
+end
+local out = {ok, tostring(now), today}
+for i = 1, n do
+  local s = st[i]
+  table.insert(out, tostring(s[1]))
+  table.insert(out, tostring(s[2]))
+  table.insert(out, s[3])
+  table.insert(out, s[4])
+end
+return out
+"""
+)
+
+SETTLE = (
+    _COMMON
+    + """
+local reserved = tonumber(ARGV[2])
+local used = tonumber(ARGV[3])
+local rid = ARGV[4]
+local day = tonumber(ARGV[5])
+local n = tonumber(ARGV[6])
+for i = 1, n do
+  local tpm, daily = tonumber(ARGV[6 + (i - 1) * 2 + 1]), tonumber(ARGV[6 + (i - 1) * 2 + 2])
+  local key = KEYS[i]
+  local h = redis.call('HMGET', key, 'tl', 'tt', 'day', 'du')
+  local need = 0
+  if tpm > 0 then
+    local tl = refill(tonumber(h[1]), tonumber(h[2]) or now, tpm)
+    tl = math.min(tpm, tl + reserved - used)
+    redis.call('HSET', key, 'tl', tl, 'tt', now)
+    need = (tpm - tl) * PERIOD / tpm
+  end
+  if daily > 0 and tonumber(h[3]) == day then
+    redis.call('HSET', key, 'du', math.max(0, tonumber(h[4]) + used - reserved))
+    need = math.max(need, (day + 1) * DAY - now)
+  end
+  -- never shorten the expiry: the requests bucket may need longer to refill
+  if redis.call('TTL', key) < need + 1 then redis.call('EXPIRE', key, math.ceil(need) + 1) end
+  redis.call('ZREM', KEYS[n + i], rid)
+end
+return 1
+"""
+)

@@ -1,0 +1,86 @@
+"""The values that pass between the admission stage and a limiter backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from gateway.limits.config import LimitValues
+
+Scope = Literal["key", "tenant"]
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """Who is limited: one key or one tenant, with the limit values that apply to it."""
+
+    scope: Scope
+    id: str
+    limits: LimitValues
+
+    @property
+    def name(self) -> str:
+        return f"{self.scope}:{self.id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """One limit as the response headers report it; ``reset`` in seconds until fully refilled."""
+
+    limit: int
+    remaining: int
+    reset: float
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a request was not admitted; ``retry_after`` None when waiting cannot help."""
+
+    subject: Subject
+    limit_name: str
+    limit: int
+    used: int
+    requested: int
+    retry_after: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """What was reserved for one admitted request, to settle it later."""
+
+    subjects: tuple[Subject, ...]
+    tokens: int
+    request_id: str
+    day: int
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A backend's answer: a ticket, or a refusal; and the tightest quotas for the headers."""
+
+    ticket: Ticket | None
+    refusal: Refusal | None
+    requests: Quota | None
+    tokens: Quota | None
+
+
+class LimiterBackend(Protocol):
+    """Where the counters live: this process (``memory``) or Redis, shared by every replica.
+
+    ``acquire`` checks every limit of every subject and takes them all, or none, atomically.
+    ``settle`` never blocks the caller and never raises: it runs even while a request is being
+    torn down by a disconnect; ``aclose`` waits for the settlements still on their way.
+    """
+
+    async def acquire(
+        self, subjects: tuple[Subject, ...], tokens: int, request_id: str
+    ) -> Decision: ...
+
+    def settle(self, ticket: Ticket, used_tokens: int) -> None: ...
+
+    async def ping(self) -> bool: ...
+
+    async def drain(self) -> None:
+        """Wait until every settlement sent so far has been applied."""
+
+    async def aclose(self) -> None: ...

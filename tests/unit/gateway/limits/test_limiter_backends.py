@@ -1,0 +1,154 @@
+"""The limiter maths on an injected clock, run against both backends (in-process and Redis)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.limits.config import LimitValues
+from gateway.limits.maths import DAY
+from gateway.limits.types import Decision, LimiterBackend, Subject, Ticket
+from tests.unit.gateway.limits.conftest import FakeClock
+
+
+def key(**limits: int) -> Subject:
+    return Subject("key", "k1", LimitValues(**limits))
+
+
+def tenant(**limits: int) -> Subject:
+    return Subject("tenant", "t1", LimitValues(**limits))
+
+
+async def admit(limiter: LimiterBackend, *subjects: Subject, tokens: int = 0) -> Decision:
+    return await limiter.acquire(subjects, tokens, f"r-{id(subjects)}-{tokens}")
+
+
+def ticket_of(decision: Decision) -> Ticket:
+    assert decision.ticket is not None, decision.refusal
+    return decision.ticket
+
+
+async def test_requests_per_minute_refuses_then_refills(
+    limiter: LimiterBackend, clock: FakeClock
+) -> None:
+    k = key(requests_per_minute=3)
+    for remaining in (2, 1, 0):
+        decision = await admit(limiter, k)
+        assert decision.requests is not None and decision.requests.remaining == remaining
+    refused = await admit(limiter, k)
+    assert refused.ticket is None and refused.refusal is not None
+    assert refused.refusal.limit_name == "requests per minute"
+    assert (refused.refusal.limit, refused.refusal.used) == (3, 3)
+    assert refused.refusal.retry_after == pytest.approx(20.0)  # one request per 20 s
+    clock.advance(19.9)
+    assert (await admit(limiter, k)).ticket is None
+    clock.advance(0.1)
+    assert (await admit(limiter, k)).ticket is not None
+
+
+async def test_refill_never_exceeds_the_limit(limiter: LimiterBackend, clock: FakeClock) -> None:
+    k = key(requests_per_minute=2)
+    await admit(limiter, k)
+    clock.advance(3600)
+    decision = await admit(limiter, k)
+    assert decision.requests is not None
+    assert decision.requests.remaining == 1
+    assert decision.requests.reset == pytest.approx(30.0)
+
+
+async def test_tokens_reserved_then_settled_to_real_usage(
+    limiter: LimiterBackend, clock: FakeClock
+) -> None:
+    k = key(tokens_per_minute=1000)
+    first = await admit(limiter, k, tokens=600)
+    assert first.tokens is not None and first.tokens.remaining == 400
+    refused = await admit(limiter, k, tokens=600)
+    assert refused.refusal is not None and refused.refusal.limit_name == "tokens per minute"
+    assert (refused.refusal.used, refused.refusal.requested) == (600, 600)
+    assert refused.refusal.retry_after == pytest.approx(12.0)  # 200 missing at 1000/min
+    limiter.settle(ticket_of(first), 100)
+    await limiter.drain()
+    second = await admit(limiter, k, tokens=600)
+    assert second.tokens is not None and second.tokens.remaining == 300
+
+
+async def test_refund_returns_the_whole_reservation(
+    limiter: LimiterBackend, clock: FakeClock
+) -> None:
+    k = key(tokens_per_minute=1000)
+    decision = await admit(limiter, k, tokens=1000)
+    limiter.settle(ticket_of(decision), 0)
+    await limiter.drain()
+    again = await admit(limiter, k, tokens=1000)
+    assert again.ticket is not None
+
+
+async def test_usage_over_the_reservation_is_a_debt(
+    limiter: LimiterBackend, clock: FakeClock
+) -> None:
+    k = key(tokens_per_minute=600)
+    decision = await admit(limiter, k, tokens=100)
+    limiter.settle(ticket_of(decision), 700)  # 600 more than reserved: level -100
+    await limiter.drain()
+    refused = await admit(limiter, k, tokens=50)
+    assert refused.refusal is not None
+    assert refused.refusal.retry_after == pytest.approx(15.0)  # 150 tokens at 10/s
+    clock.advance(15)
+    assert (await admit(limiter, k, tokens=50)).ticket is not None
+
+
+async def test_request_larger_than_the_limit_cannot_wait(limiter: LimiterBackend) -> None:
+    refused = await admit(limiter, key(tokens_per_minute=100), tokens=101)
+    assert refused.refusal is not None and refused.refusal.retry_after is None
+
+
+async def test_concurrency_slot_frees_on_settle(limiter: LimiterBackend) -> None:
+    k = key(concurrent_requests=2)
+    first = await admit(limiter, k)
+    await admit(limiter, k)
+    refused = await admit(limiter, k)
+    assert refused.refusal is not None and refused.refusal.limit_name == "concurrent requests"
+    limiter.settle(ticket_of(first), 0)
+    await limiter.drain()
+    assert (await admit(limiter, k)).ticket is not None
+
+
+async def test_daily_quota_until_midnight_utc(limiter: LimiterBackend, clock: FakeClock) -> None:
+    k = key(daily_tokens=1000)
+    decision = await admit(limiter, k, tokens=700)
+    limiter.settle(ticket_of(decision), 600)
+    await limiter.drain()
+    refused = await admit(limiter, k, tokens=500)
+    assert refused.refusal is not None and refused.refusal.limit_name == "tokens per day"
+    assert refused.refusal.used == 600
+    midnight = (clock.now // DAY + 1) * DAY
+    assert refused.refusal.retry_after == pytest.approx(midnight - clock.now)
+    assert (await admit(limiter, k, tokens=400)).ticket is not None
+    clock.now = midnight
+    assert (await admit(limiter, k, tokens=1000)).ticket is not None
+
+
+async def test_key_and_tenant_must_both_pass_and_nothing_is_taken_on_refusal(
+    limiter: LimiterBackend,
+) -> None:
+    k, t = key(requests_per_minute=10), tenant(requests_per_minute=1)
+    assert (await admit(limiter, k, t)).ticket is not None
+    refused = await admit(limiter, k, t)
+    assert refused.refusal is not None and refused.refusal.subject.scope == "tenant"
+    # The refused request took nothing from the key: 9 left of 10, not 8.
+    alone = await admit(limiter, k)
+    assert alone.requests is not None and alone.requests.remaining == 8
+
+
+async def test_headers_report_the_tightest_subject(limiter: LimiterBackend) -> None:
+    decision = await admit(
+        limiter, key(tokens_per_minute=5000), tenant(tokens_per_minute=2000), tokens=500
+    )
+    assert decision.tokens is not None
+    assert (decision.tokens.limit, decision.tokens.remaining) == (2000, 1500)
+    assert decision.tokens.reset == pytest.approx(15.0)
+    assert decision.requests is None  # no requests limit: nothing to report
+
+
+async def test_unlimited_subject_admits_everything(limiter: LimiterBackend) -> None:
+    for _ in range(50):
+        assert (await admit(limiter, key(), tokens=10**6)).ticket is not None
