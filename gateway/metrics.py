@@ -27,8 +27,24 @@ LATENCY_BUCKETS = (
     120,
 )
 # The bucket boundaries OpenTelemetry's GenAI semantic conventions advise for these two.
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75)
-TTFT_BUCKETS += (1, 2.5, 5, 7.5, 10)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1,
+    2.5,
+    5,
+    7.5,
+    10,
+)
 TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5)
 
 
@@ -39,7 +55,8 @@ class GatewayMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
-            "gateway_requests", "Requests answered",
+            "gateway_requests",
+            "Requests answered",
             ["model", "pool", "variant", "status"],
             registry=r,
         )
