@@ -1,4 +1,4 @@
-"""Write each overlay's RayService ``serveConfigV2`` from its serving config, with serve_app's renderer.
+"""Write each overlay's RayService ``serveConfigV2`` from its serving config (serve_app renders it).
 
 The serving config is the single source of truth for what Ray Serve runs; the RayServices only
 carry its rendering. Each overlay gets one generated kustomize patch per RayService
