@@ -1,0 +1,317 @@
+"""Overhead benchmark: direct to the simulator vs the floor proxy vs the gateway.
+
+The simulator (no-delay mode) and the load generator share core 0; the proxy under test runs
+alone on core 1 (``taskset``). For each of non-streaming and streaming (32 content chunks) and
+concurrency 1, 16 and 64, wrk measures requests/s and p50/p99 latency; a sequential aiohttp probe
+at concurrency 1 measures time to first byte. Then the gateway serves 100k requests while its
+resident memory is sampled.
+
+    .venv/bin/python loadtests/bench_overhead.py [--seconds 5] [--out results.json]
+    .venv/bin/python loadtests/bench_overhead.py --clients   # floor proxy: aiohttp vs httpx
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import aiohttp
+import httpx
+import yaml
+
+HERE = Path(__file__).resolve().parent
+PYTHON = sys.executable
+MODEL = "sim-model"
+LOAD_CORE, PROXY_CORE = "0", "1"
+_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
+
+
+@dataclass
+class Result:
+    target: str
+    mode: str
+    concurrency: int
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    ttfb_p50_ms: float | None = None
+    ttfb_p99_ms: float | None = None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    raise TimeoutError(url)
+
+
+class Processes:
+    """Everything the benchmark starts, stopped by pid at the end."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, core: str, *cmd: str) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            ["taskset", "-c", core, *cmd], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
+        self.procs.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        for proc in self.procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def start_sim(procs: Processes) -> str:
+    proc = procs.start(
+        LOAD_CORE, PYTHON, "-m", "serve_app.sim", "--port", "0", "--no-delay", "--model", MODEL
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode()
+    return line.split()[-1]
+
+
+def start_floor(procs: Processes, upstream: str, client: str) -> str:
+    port = free_port()
+    procs.start(
+        PROXY_CORE,
+        PYTHON,
+        str(HERE / "floor_proxy.py"),
+        "--upstream",
+        upstream,
+        "--port",
+        str(port),
+        "--client",
+        client,
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url)
+    return url
+
+
+def start_gateway(procs: Processes, upstream: str, workdir: Path) -> tuple[str, int]:
+    port = free_port()
+    config = {
+        "server": {"host": "127.0.0.1", "port": port, "workers": 1, "access_log": True},
+        "pools": {"sim": {"urls": [upstream]}},
+        "models": {MODEL: {"pool": "sim"}},
+    }
+    path = workdir / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    log = (workdir / "gateway.log").open("wb")
+    proc = subprocess.Popen(
+        ["taskset", "-c", PROXY_CORE, PYTHON, "-m", "gateway", "run", "--config", str(path)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    procs.procs.append(proc)
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url + "/healthz")
+    return url, proc.pid
+
+
+def wrk(
+    url: str, concurrency: int, seconds: float, stream: bool
+) -> tuple[float, float, float, int]:
+    """requests/s, p50 and p99 latency (ms), and the request count, from one wrk run."""
+    env = {
+        **os.environ,
+        "WRK_STREAM": "1" if stream else "0",
+        "WRK_MAX_TOKENS": "32" if stream else "16",
+    }
+    out = subprocess.run(
+        [
+            "taskset",
+            "-c",
+            LOAD_CORE,
+            "wrk",
+            "-t1",
+            f"-c{concurrency}",
+            f"-d{int(seconds)}s",
+            "--latency",
+            "-s",
+            str(HERE / "wrk_chat.lua"),
+            url + "/v1/chat/completions",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout
+    if "Non-2xx" in out:
+        raise RuntimeError(f"errors from {url}:\n{out}")
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    count = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    pct = dict(re.findall(r"^\s+(\d+)%\s+([\d.]+\w+)", out, re.M))
+    return rps, _ms(pct["50"]), _ms(pct["99"]), count
+
+
+def _ms(text: str) -> float:
+    number, unit = re.fullmatch(r"([\d.]+)(\w+)", text).groups()  # type: ignore[union-attr]
+    return float(number) * _UNITS[unit] * 1000
+
+
+async def probe_ttfb(url: str, stream: bool, requests: int) -> tuple[float, float, float, float]:
+    """Sequential requests: p50/p99 time to first body byte and p50/p99 total (ms)."""
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Say hello to the simulator, please."}],
+        "max_tokens": 32 if stream else 16,
+        "stream": stream,
+    }
+    ttfb, total = [], []
+    async with aiohttp.ClientSession() as session:
+        for i in range(requests + 50):
+            start = time.perf_counter()
+            async with session.post(url + "/v1/chat/completions", json=body) as response:
+                await response.content.readany()
+                first = time.perf_counter()
+                await response.read()
+                end = time.perf_counter()
+            if i >= 50:  # warm-up
+                ttfb.append((first - start) * 1000)
+                total.append((end - start) * 1000)
+    q = lambda xs, p: statistics.quantiles(xs, n=100)[p - 1]  # noqa: E731
+    return q(ttfb, 50), q(ttfb, 99), q(total, 50), q(total, 99)
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+def run_matrix(targets: dict[str, str], seconds: float, probes: int) -> list[Result]:
+    results = []
+    for stream in (False, True):
+        mode = "stream" if stream else "json"
+        for concurrency in (1, 16, 64):
+            for name, url in targets.items():
+                wrk(url, concurrency, 1, stream)  # warm-up: pools, caches
+                rps, p50, p99, _ = wrk(url, concurrency, seconds, stream)
+                result = Result(name, mode, concurrency, rps, p50, p99)
+                if concurrency == 1:
+                    t50, t99, _, _ = asyncio.run(probe_ttfb(url, stream, probes))
+                    result.ttfb_p50_ms, result.ttfb_p99_ms = t50, t99
+                results.append(result)
+                print(json.dumps(asdict(result)), file=sys.stderr)
+    return results
+
+
+def memory_run(url: str, pid: int, total: int) -> list[tuple[int, float]]:
+    samples = [(0, rss_mb(pid))]
+    served = 0
+    while served < total:
+        _, _, _, count = wrk(url, 64, 5, stream=False)
+        served += count
+        samples.append((served, rss_mb(pid)))
+    return samples
+
+
+def report(results: list[Result], memory: list[tuple[int, float]]) -> str:
+    by = {(r.target, r.mode, r.concurrency): r for r in results}
+    lines = [
+        "| mode | conc | target | req/s | p50 ms | p99 ms | TTFB p50 ms | added p50 ms "
+        "| added TTFB ms | % of floor req/s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        direct = by[("direct", r.mode, r.concurrency)]
+        floor = by.get(("floor", r.mode, r.concurrency))
+        added = r.p50_ms - direct.p50_ms
+        added_ttfb = (
+            f"{r.ttfb_p50_ms - direct.ttfb_p50_ms:.3f}"
+            if r.ttfb_p50_ms is not None and direct.ttfb_p50_ms is not None
+            else ""
+        )
+        share = f"{100 * r.rps / floor.rps:.0f}%" if floor and r.target != "direct" else ""
+        ttfb = f"{r.ttfb_p50_ms:.3f}" if r.ttfb_p50_ms is not None else ""
+        lines.append(
+            f"| {r.mode} | {r.concurrency} | {r.target} | {r.rps:,.0f} | {r.p50_ms:.3f} | "
+            f"{r.p99_ms:.3f} | {ttfb} | {added:.3f} | {added_ttfb} | {share} |"
+        )
+    if memory:
+        lines.append("")
+        lines.append(
+            "Gateway RSS (MB) by requests served: "
+            + ", ".join(f"{n:,}: {m:.1f}" for n, m in memory)
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=5)
+    parser.add_argument("--probes", type=int, default=1000, help="sequential TTFB probe requests")
+    parser.add_argument("--memory-requests", type=int, default=100_000)
+    parser.add_argument("--clients", action="store_true", help="compare upstream clients instead")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    procs = Processes()
+    try:
+        sim = start_sim(procs)
+        wait_http(sim + "/health")
+        if args.clients:
+            compare_clients(procs, sim, args.seconds)
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            floor = start_floor(procs, sim, "aiohttp")
+            gateway, gateway_pid = start_gateway(procs, sim, Path(tmp))
+            targets = {"direct": sim, "floor": floor, "gateway": gateway}
+            results = run_matrix(targets, args.seconds, args.probes)
+            memory = memory_run(gateway, gateway_pid, args.memory_requests)
+        text = report(results, memory)
+        print(text)
+        if args.out:
+            args.out.write_text(
+                json.dumps({"results": [asdict(r) for r in results], "memory": memory}, indent=1)
+            )
+    finally:
+        procs.stop()
+
+
+def compare_clients(procs: Processes, sim: str, seconds: float) -> None:
+    print("| client | mode | conc | req/s | p50 ms | p99 ms |\n|---|---|---|---|---|---|")
+    for client in ("aiohttp", "httpx-aiohttp", "httpx"):
+        url = start_floor(procs, sim, client)
+        for stream in (False, True):
+            for concurrency in (1, 64):
+                wrk(url, concurrency, 1, stream)
+                rps, p50, p99, _ = wrk(url, concurrency, seconds, stream)
+                mode = "stream" if stream else "json"
+                print(f"| {client} | {mode} | {concurrency} | {rps:,.0f} | {p50:.3f} | {p99:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
