@@ -9,6 +9,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import yaml
+
 from tests.deploy.k8s_render import describe
 
 Doc = dict[str, Any]
@@ -182,3 +184,68 @@ def _selects(group: Doc, labels: dict[str, str], instance_type: str | None) -> b
     if instance_type is not None and instance_type != group.get("instanceType"):
         return False
     return labels.items() <= group.get("labels", {}).items()
+
+
+def engine_configs(app: Doc) -> list[Doc]:
+    """The LLM configs of one rendered Serve application (PD: prefill and decode; else its list)."""
+    args = app["args"]
+    if "llm_configs" in args:
+        return list(args["llm_configs"])
+    return [args["prefill_config"], args["decode_config"]]
+
+
+def most_gpus_wanted(app: Doc) -> int:
+    """GPUs the app's engines can ask for at their most: replicas (or the autoscaling ceiling)
+    times the GPUs of one engine (tensor x pipeline parallel)."""
+    total = 0
+    for cfg in engine_configs(app):
+        if cfg.get("accelerator_config", {}).get("kind") == "cpu":
+            continue
+        deployment = cfg.get("deployment_config", {})
+        replicas = deployment.get("autoscaling_config", {}).get("max_replicas")
+        replicas = replicas or deployment.get("num_replicas", 1)
+        kwargs = cfg.get("engine_kwargs", {})
+        per_engine = kwargs.get("tensor_parallel_size", 1) * kwargs.get("pipeline_parallel_size", 1)
+        total += replicas * per_engine
+    return total
+
+
+def gpu_capacity_shortfalls(doc: Doc) -> list[str]:
+    """Serve must never want more GPUs than the worker groups may ever have: such a replica stays
+    pending forever and the RayService never becomes ready."""
+    if doc.get("kind") != "RayService":
+        return []
+    apps = yaml.safe_load(doc["spec"].get("serveConfigV2", "")) or {}
+    wanted = sum(most_gpus_wanted(app) for app in apps.get("applications", []))
+    available = 0
+    for group in doc["spec"]["rayClusterConfig"].get("workerGroupSpecs", []):
+        for c in group["template"]["spec"]["containers"]:
+            available += group["maxReplicas"] * int(c["resources"].get("limits", {}).get(GPU, 0))
+    if wanted > available:
+        return [
+            f"{describe(doc)}: Serve may want {wanted} GPUs, the worker groups hold {available}"
+        ]
+    return []
+
+
+def gpu_pods_beyond_node_groups(docs: list[Doc], cluster: Doc) -> list[str]:
+    """The GPU node group must fit every GPU worker pod (one per node) at the groups' minimum and
+    maximum sizes, or pods stay Pending."""
+    groups = [
+        g
+        for rs in docs
+        if rs.get("kind") == "RayService"
+        for g in rs["spec"]["rayClusterConfig"].get("workerGroupSpecs", [])
+        if any(GPU in c["resources"].get("limits", {}) for c in g["template"]["spec"]["containers"])
+    ]
+    efa = [g for g in cluster.get("managedNodeGroups", []) if g.get("efaEnabled")]
+    nodes_min = sum(g.get("minSize", 0) for g in efa)
+    nodes_max = sum(g.get("maxSize", 0) for g in efa)
+    pods_min = sum(g["minReplicas"] for g in groups)
+    pods_max = sum(g["maxReplicas"] for g in groups)
+    problems = []
+    if pods_min > nodes_min:
+        problems.append(f"{pods_min} GPU worker pods at minimum, {nodes_min} GPU nodes at minimum")
+    if pods_max > nodes_max:
+        problems.append(f"{pods_max} GPU worker pods at most, {nodes_max} GPU nodes at most")
+    return problems

@@ -11,6 +11,8 @@ import yaml
 
 from tests.deploy.k8s_policy import (
     efa_nodegroups_not_in_one_zone,
+    gpu_capacity_shortfalls,
+    gpu_pods_beyond_node_groups,
     gpu_workers_off_efa_nodes,
     gpu_workers_without_efa,
     heads_that_schedule_work,
@@ -84,12 +86,21 @@ def test_the_efa_node_group_is_in_one_zone() -> None:
     assert efa_nodegroups_not_in_one_zone(cluster) == []
 
 
-def test_gpu_node_group_is_tainted_and_sized_for_the_pools() -> None:
+def test_gpu_node_group_is_tainted(rendered: Rendered) -> None:
     (gpu,) = [g for g in eksctl_cluster()["managedNodeGroups"] if g.get("efaEnabled")]
     assert {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"} in gpu["taints"]
     assert gpu["instanceType"] == "g6.8xlarge"
-    # Prefill, decode and one colocated replica: one GPU node each.
-    assert gpu["minSize"] >= 3
+
+
+@pytest.mark.parametrize("overlay", overlay_names())
+def test_serve_never_wants_more_gpus_than_the_workers_hold(
+    rendered: Rendered, overlay: str
+) -> None:
+    assert violations(rendered[overlay], gpu_capacity_shortfalls) == []
+
+
+def test_the_gpu_node_group_fits_every_gpu_worker(rendered: Rendered) -> None:
+    assert gpu_pods_beyond_node_groups(rendered["eks-g6"], eksctl_cluster()) == []
 
 
 def test_gateway_is_highly_available_and_probed(rendered: Rendered) -> None:
@@ -177,3 +188,15 @@ def test_policy_catches_efa_across_zones_and_workers_off_it(rendered: Rendered) 
     worker = pd["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]
     worker["nodeSelector"] = {"pd-gateway.io/node-role": "system"}
     assert gpu_workers_off_efa_nodes(pd, cluster) != []
+
+
+def test_policy_catches_gpu_shortfalls(rendered: Rendered) -> None:
+    pd = pd_rayservice(rendered)
+    pd["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["maxReplicas"] = 1
+    assert gpu_capacity_shortfalls(pd) != []  # prefill and decode need one GPU each
+
+    small = eksctl_cluster()
+    for group in small["managedNodeGroups"]:
+        if group.get("efaEnabled"):
+            group["minSize"], group["maxSize"] = 2, 3
+    assert len(gpu_pods_beyond_node_groups(rendered["eks-g6"], small)) == 2
