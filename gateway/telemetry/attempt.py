@@ -1,0 +1,246 @@
+"""The client span of one upstream attempt, its ``prefill``/``decode`` children, and the per-phase
+metrics, all from facts the pipeline already has::
+
+    with UpstreamAttempt(tracing, metrics, ctx, request, replica.url) as attempt:
+        headers = (*own_headers, *attempt.headers)   # W3C traceparent of this attempt
+        ...                                          # send, relay
+        attempt.meter = meter                        # what the relay metered
+
+The phase spans are made after the fact with explicit start and end times, so a stream costs no
+span work per chunk. Spans that are not sampled skip all attribute work (``is_recording``); the
+metrics are recorded for every request, sampled or not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import TracebackType
+from urllib.parse import urlsplit
+
+import orjson
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, set_span_in_context
+
+from gateway.context import RequestContext
+from gateway.errors import GatewayError
+from gateway.metrics import GatewayMetrics
+from gateway.proxy.parse import Operation, ParsedRequest
+from gateway.proxy.sse import StreamMeter
+from gateway.telemetry import attributes as attr
+from gateway.telemetry.phases import Phases, phases_of
+from gateway.telemetry.provider import Tracing
+from gateway.telemetry.server import request_facts
+
+GEN_AI_OPERATION = {
+    Operation.CHAT: "chat",
+    Operation.COMPLETION: "text_completion",
+    Operation.EMBEDDING: "embeddings",
+}
+_CONTENT_FIELDS = ("messages", "prompt", "input")
+
+
+class UpstreamAttempt:
+    __slots__ = (
+        "_ctx",
+        "_metrics",
+        "_request",
+        "_sent_at",
+        "_tracing",
+        "_url",
+        "_wall_ns",
+        "headers",
+        "meter",
+        "span",
+    )
+
+    def __init__(
+        self,
+        tracing: Tracing,
+        metrics: GatewayMetrics,
+        ctx: RequestContext,
+        request: ParsedRequest,
+        url: str,
+    ) -> None:
+        self._tracing = tracing
+        self._metrics = metrics
+        self._ctx = ctx
+        self._request = request
+        self._url = url
+        self.meter: StreamMeter | None = None
+        self.headers: tuple[tuple[bytes, bytes], ...] = ()
+
+    def __enter__(self) -> UpstreamAttempt:
+        self._wall_ns = time.time_ns()
+        self._sent_at = time.perf_counter()
+        operation = GEN_AI_OPERATION[self._request.operation]
+        self.span = self._tracing.tracer.start_span(
+            f"{operation} {self._request.model}", kind=SpanKind.CLIENT, start_time=self._wall_ns
+        )
+        if self.span.get_span_context().is_valid:  # an unsampled trace still propagates
+            carrier: dict[str, str] = {}
+            self._tracing.propagator.inject(carrier, set_span_in_context(self.span))
+            self.headers = tuple((k.encode(), v.encode()) for k, v in carrier.items())
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        ended_at = time.perf_counter()
+        phases = None
+        if self.meter is not None:
+            phases = phases_of(
+                self.meter,
+                streamed=self._request.stream,
+                sent_at=self._sent_at,
+                ended_at=ended_at,
+            )
+            observe_phases(self._metrics, self._ctx, phases)
+        span = self.span
+        if span.is_recording():
+            self._describe(span, exc)
+            if phases is not None:
+                self._phase_spans(span, phases)
+        span.end(end_time=self._ns(ended_at))
+
+    def _ns(self, perf: float) -> int:
+        """A perf_counter reading as the epoch nanoseconds spans use."""
+        return self._wall_ns + int((perf - self._sent_at) * 1e9)
+
+    def _describe(self, span: Span, exc: BaseException | None) -> None:
+        request, ctx = self._request, self._ctx
+        where = urlsplit(self._url)
+        span.set_attributes(
+            {
+                attr.OPERATION_NAME: GEN_AI_OPERATION[request.operation],
+                attr.PROVIDER_NAME: self._tracing.config.provider_name,
+                attr.REQUEST_MODEL: request.model,
+                attr.REQUEST_STREAM: request.stream,
+                attr.SERVER_ADDRESS: where.hostname or "",
+                attr.REPLICA: self._url,
+                attr.REQUEST_ID: ctx.request_id,
+            }
+        )
+        if where.port is not None:
+            span.set_attribute(attr.SERVER_PORT, where.port)
+        if request.max_tokens is not None:
+            span.set_attribute(attr.REQUEST_MAX_TOKENS, request.max_tokens)
+        for key, value in request_facts(ctx).items():
+            if value is not None:
+                span.set_attribute(key, value)
+        if self._tracing.config.capture_content:
+            span.set_attribute(attr.INPUT_MESSAGES, self._content())
+        if self.meter is not None:
+            _describe_response(span, self.meter)
+        error = _error_type(exc, ctx)
+        if error is not None:
+            span.set_attribute(attr.ERROR_TYPE, error)
+            span.set_status(Status(StatusCode.ERROR, error))
+
+    def _content(self) -> str:
+        payload = self._request.payload
+        field = next((f for f in _CONTENT_FIELDS if f in payload), None)
+        text = "" if field is None else orjson.dumps(payload[field]).decode()
+        return text[: self._tracing.config.max_content_chars]
+
+    def _phase_spans(self, parent: Span, phases: Phases) -> None:
+        tracer, context = self._tracing.tracer, set_span_in_context(parent)
+        measured = {attr.PHASE_MEASURED: phases.measured}
+        if not phases.split:
+            whole = tracer.start_span(
+                "generate", context, start_time=self._ns(phases.sent_at), attributes=measured
+            )
+            _set_tokens(whole, phases)
+            if phases.tokens_per_second_lower_bound is not None:
+                whole.set_attribute(
+                    attr.TOKENS_PER_SECOND_LOWER_BOUND, phases.tokens_per_second_lower_bound
+                )
+            whole.end(end_time=self._ns(phases.ended_at))
+            return
+        assert phases.first_token_at is not None and phases.last_token_at is not None
+        prefill = tracer.start_span(
+            "prefill", context, start_time=self._ns(phases.sent_at), attributes=measured
+        )
+        if phases.input_tokens is not None:
+            prefill.set_attribute(attr.USAGE_INPUT_TOKENS, phases.input_tokens)
+        prefill.end(end_time=self._ns(phases.first_token_at))
+        decode = tracer.start_span(
+            "decode", context, start_time=self._ns(phases.first_token_at), attributes=measured
+        )
+        _set_tokens(decode, phases)
+        decode.set_attribute(attr.CONTENT_CHUNKS, phases.content_chunks)
+        if phases.tokens_per_second is not None:
+            decode.set_attribute(attr.TOKENS_PER_SECOND, phases.tokens_per_second)
+        decode.end(end_time=self._ns(phases.last_token_at))
+
+
+def _set_tokens(span: Span, phases: Phases) -> None:
+    if phases.output_tokens is not None:
+        span.set_attribute(attr.USAGE_OUTPUT_TOKENS, phases.output_tokens)
+        span.set_attribute(
+            attr.USAGE_SOURCE, "upstream" if phases.usage_from_upstream else "content_chunks"
+        )
+
+
+def _describe_response(span: Span, meter: StreamMeter) -> None:
+    if meter.response_id:
+        span.set_attribute(attr.RESPONSE_ID, meter.response_id)
+    if meter.response_model:
+        span.set_attribute(attr.RESPONSE_MODEL, meter.response_model)
+    if meter.finish_reasons:
+        span.set_attribute(attr.RESPONSE_FINISH_REASONS, meter.finish_reasons)
+    usage = meter.usage or {}
+    for key, name in (
+        (attr.USAGE_INPUT_TOKENS, "prompt_tokens"),
+        (attr.USAGE_OUTPUT_TOKENS, "completion_tokens"),
+    ):
+        value = usage.get(name)
+        if isinstance(value, int):
+            span.set_attribute(key, value)
+
+
+def _error_type(exc: BaseException | None, ctx: RequestContext) -> str | None:
+    """Low-cardinality: the gateway's error code, ``cancelled``, or the upstream's status."""
+    if isinstance(exc, GatewayError):
+        return exc.code or type(exc).__name__
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled"
+    if exc is not None:
+        return type(exc).__qualname__
+    if ctx.error_code is not None:  # a failure after the stream started
+        return ctx.error_code
+    if ctx.status >= 400:
+        return str(ctx.status)
+    return None
+
+
+def observe_phases(metrics: GatewayMetrics, ctx: RequestContext, phases: Phases) -> None:
+    """Time to first token, time per output token and token counts, for every request."""
+    model, pool = ctx.model or "", ctx.pool or ""
+    if phases.first_token_at is not None:
+        metrics.time_to_first_token.labels(
+            model, pool, prompt_length_band(phases.input_tokens)
+        ).observe(phases.first_token_at - ctx.started)
+    per_token = phases.time_per_output_token
+    if per_token is not None:
+        metrics.time_per_output_token.labels(model, pool).observe(per_token)
+    tenant = ctx.tenant_id or ""
+    if phases.input_tokens:
+        metrics.tokens.labels(tenant, model, "input").inc(phases.input_tokens)
+    if phases.output_tokens:
+        metrics.tokens.labels(tenant, model, "output").inc(phases.output_tokens)
+
+
+# Upper bounds of prompt-length bands (tokens): a bounded label for TTFT versus prompt length.
+_BANDS = ((256, "0-256"), (1024, "256-1k"), (4096, "1k-4k"), (16384, "4k-16k"))
+
+
+def prompt_length_band(tokens: int | None) -> str:
+    if tokens is None:
+        return "unknown"
+    for bound, name in _BANDS:
+        if tokens <= bound:
+            return name
+    return "16k+"

@@ -1,0 +1,41 @@
+"""The tracing section of the gateway's config (``tracing:`` in the YAML file).
+
+Values set here win; values left unset fall back to the standard OpenTelemetry environment
+variables, and to the SDK's defaults after that::
+
+    tracing:
+      enabled: true
+      protocol: grpc                      # else OTEL_EXPORTER_OTLP[_TRACES]_PROTOCOL
+      endpoint: http://collector:4317     # else OTEL_EXPORTER_OTLP[_TRACES]_ENDPOINT
+      sampling_ratio: 0.05                # else OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG
+
+``OTEL_SDK_DISABLED=true`` or ``OTEL_TRACES_EXPORTER=none`` turn tracing off whatever the file says.
+Defined here, not in ``gateway.config``, which imports it: one section, one owner.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Protocol = Literal["http/protobuf", "grpc"]
+
+
+class TracingConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = False
+    protocol: Protocol | None = None
+    endpoint: str | None = None
+    """The collector's base URL (``/v1/traces`` is appended for http/protobuf), as in
+    ``OTEL_EXPORTER_OTLP_ENDPOINT``."""
+    sampling_ratio: float | None = Field(None, ge=0.0, le=1.0)
+    """Head sampling of new traces; an incoming ``traceparent``'s decision is always followed."""
+    service_name: str | None = None
+    """Else ``OTEL_SERVICE_NAME``, else ``pd-gateway``."""
+    provider_name: str = "vllm"
+    """``gen_ai.provider.name`` on upstream spans: what serves the model behind Ray Serve."""
+    capture_content: bool = False
+    """Record prompt messages on upstream spans. Off by default: prompts may hold personal data."""
+    max_content_chars: int = Field(4096, gt=0)

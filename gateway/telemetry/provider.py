@@ -1,0 +1,72 @@
+"""Build the gateway's tracer from config and environment: a real SDK tracer, or the no-op one.
+
+The provider belongs to one app (it is not installed as OpenTelemetry's global provider), so two
+apps in one process, as in tests, never share spans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from opentelemetry.propagators.textmap import TextMapPropagator
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import ParentBased, Sampler, TraceIdRatioBased
+from opentelemetry.trace import NoOpTracer, Tracer
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from gateway.telemetry.config import TracingConfig
+from gateway.telemetry.export import resolve_protocol, span_exporter
+
+DEFAULT_SERVICE_NAME = "pd-gateway"
+INSTRUMENTATION_NAME = "pd-gateway"
+
+
+@dataclass(frozen=True, slots=True)
+class Tracing:
+    """The tracer the request pipeline uses, the propagator for ``traceparent``, and shutdown."""
+
+    tracer: Tracer
+    propagator: TextMapPropagator
+    config: TracingConfig
+    provider: TracerProvider | None = None
+
+    def shutdown(self) -> None:
+        """Flush spans still queued for export and stop the exporter (no-op when disabled)."""
+        if self.provider is not None:
+            self.provider.shutdown()
+
+
+def tracing_enabled(config: TracingConfig, env: Mapping[str, str]) -> bool:
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    if env.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
+        return False
+    return config.enabled
+
+
+def build_tracing(config: TracingConfig, env: Mapping[str, str]) -> Tracing:
+    """OpenTelemetry's no-op tracer when tracing is off, else an SDK tracer exporting over OTLP."""
+    propagator = TraceContextTextMapPropagator()
+    if not tracing_enabled(config, env):
+        return Tracing(NoOpTracer(), propagator, config)
+    provider = TracerProvider(resource=_resource(config, env), sampler=_sampler(config))
+    exporter = span_exporter(resolve_protocol(config.protocol, env), config.endpoint)
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    return Tracing(provider.get_tracer(INSTRUMENTATION_NAME), propagator, config, provider)
+
+
+def _resource(config: TracingConfig, env: Mapping[str, str]) -> Resource:
+    # Resource.create merges OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME itself; only name the
+    # service when neither the config nor the environment did.
+    name = config.service_name or env.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME
+    return Resource.create({SERVICE_NAME: name})
+
+
+def _sampler(config: TracingConfig) -> Sampler | None:
+    """None lets the SDK read OTEL_TRACES_SAMPLER (default: parent-based, always on)."""
+    if config.sampling_ratio is None:
+        return None
+    return ParentBased(TraceIdRatioBased(config.sampling_ratio))

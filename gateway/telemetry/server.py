@@ -1,0 +1,121 @@
+"""The server span of each proxied request: a pure-ASGI layer just inside the request-id one.
+
+It continues an incoming W3C ``traceparent``, makes its span current for the pipeline (so the
+upstream attempt's client span is its child), and reads the request's facts from the
+:class:`RequestContext` when the response is done. Health probes and ``/metrics`` are not traced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.propagators.textmap import Getter
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from starlette.types import ASGIApp
+
+from gateway.asgi import Receive, Scope, Send
+from gateway.context import RequestContext, context_of
+from gateway.telemetry import attributes as attr
+from gateway.telemetry.provider import Tracing
+
+_TRACE_HEADERS = (b"traceparent", b"tracestate")
+
+
+class _ScopeHeaders(Getter[Scope]):
+    """Reads propagation headers straight from the ASGI scope (lower-case bytes pairs)."""
+
+    def get(self, carrier: Scope, key: str) -> list[str] | None:
+        wanted = key.encode("latin-1")
+        found = [v.decode("latin-1") for k, v in carrier["headers"] if k == wanted]
+        return found or None
+
+    def keys(self, carrier: Scope) -> list[str]:
+        return [k.decode("latin-1") for k, _ in carrier["headers"]]
+
+
+_GETTER = _ScopeHeaders()
+
+
+def incoming_context(scope: Scope, tracing: Tracing) -> Context | None:
+    """The caller's trace context, when it sent one; most requests do not, and pay one scan."""
+    for key, _ in scope["headers"]:
+        if key in _TRACE_HEADERS:
+            return tracing.propagator.extract(scope, getter=_GETTER)
+    return None
+
+
+class ServerSpanMiddleware:
+    """One ``SERVER`` span per request to ``traced_paths``, current while the pipeline runs::
+
+    Middleware(ServerSpanMiddleware, tracing=state.tracing, traced_paths={"/v1/chat/completions"})
+    """
+
+    def __init__(self, app: ASGIApp, *, tracing: Tracing, traced_paths: Iterable[str]) -> None:
+        self.app = app
+        self.tracer = tracing.tracer
+        self.tracing = tracing
+        self.traced_paths = frozenset(traced_paths)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] not in self.traced_paths:
+            await self.app(scope, receive, send)
+            return
+        name = f"{scope['method']} {scope['path']}"
+        span = self.tracer.start_span(
+            name, context=incoming_context(scope, self.tracing), kind=SpanKind.SERVER
+        )
+        token = otel_context.attach(trace.set_span_in_context(span))
+        try:
+            await self.app(scope, receive, send)
+        except BaseException as exc:
+            if span.is_recording():
+                span.set_attribute(attr.ERROR_TYPE, type(exc).__qualname__)
+                span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
+            raise
+        finally:
+            otel_context.detach(token)
+            if span.is_recording():
+                describe_request(span, scope, context_of(scope))
+            span.end()
+
+
+def describe_request(span: Span, scope: Scope, ctx: RequestContext) -> None:
+    """The request's facts as attributes; only for spans being recorded (sampled)."""
+    span.set_attributes(
+        {
+            attr.HTTP_METHOD: scope["method"],
+            attr.HTTP_ROUTE: scope["path"],
+            attr.URL_PATH: scope["path"],
+            attr.REQUEST_ID: ctx.request_id,
+        }
+    )
+    if ctx.status:
+        span.set_attribute(attr.HTTP_STATUS, ctx.status)
+    for key, value in request_facts(ctx).items():
+        if value is not None:
+            span.set_attribute(key, value)
+    if ctx.client_disconnected:
+        span.set_attribute(attr.CLIENT_DISCONNECTED, True)
+    if ctx.status >= 400 or ctx.error_code is not None:
+        span.set_attribute(attr.ERROR_TYPE, ctx.error_code or str(ctx.status))
+    if ctx.status >= 500:  # a 4xx is the client's doing, not a failed server span
+        span.set_status(Status(StatusCode.ERROR, ctx.error_code or str(ctx.status)))
+
+
+def request_facts(ctx: RequestContext) -> dict[str, str | None]:
+    """The gateway's own per-request attributes, shared by the server and client spans.
+
+    Tenant, key public id, variant and routing reason are filled in by the authentication and
+    routing stages (issues 4 and 6) on the RequestContext; absent facts are simply left out.
+    """
+    return {
+        attr.MODEL: ctx.model,
+        attr.POOL: ctx.pool,
+        attr.VARIANT: ctx.variant,
+        attr.ROUTING_REASON: ctx.routing_reason,
+        attr.TENANT: ctx.tenant_id,
+        attr.KEY_PUBLIC_ID: ctx.key_public_id,
+    }
