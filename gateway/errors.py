@@ -13,12 +13,16 @@ and the OpenAI SDKs map the status to their own exception classes::
      +-- NotFound (404)
      |    +-- ModelNotFound (404 model_not_found)
      +-- MethodNotAllowed (405)
+     +-- Conflict (409 conflict)
      +-- BodyTooLarge (413)
      +-- UnsupportedMediaType (415)
      +-- RateLimited (429 rate_limit_exceeded)
+     |    +-- TokensRateLimited (429, type tokens)
      +-- UpstreamError (502 upstream_error)
      +-- NoHealthyUpstream (503 no_healthy_upstream)
      +-- UpstreamTimeout (504 timeout)
+     +-- KeyStoreUnavailable (503 key_store_unavailable)
+     +-- LimiterUnavailable (503 rate_limiter_unavailable)
 """
 
 from __future__ import annotations
@@ -109,6 +113,14 @@ class MethodNotAllowed(GatewayError):
     default_code = "method_not_allowed"
 
 
+class Conflict(GatewayError):
+    """The thing to create exists already (admin API)."""
+
+    status = 409
+    error_type = "invalid_request_error"
+    default_code = "conflict"
+
+
 class BodyTooLarge(GatewayError):
     status = 413
     error_type = "invalid_request_error"
@@ -127,6 +139,20 @@ class RateLimited(GatewayError):
     default_code = "rate_limit_exceeded"
 
 
+class TokensRateLimited(RateLimited):
+    """A token limit (per minute or per day) refused the request; OpenAI types it ``tokens``."""
+
+    error_type = "tokens"
+
+
+class LimiterUnavailable(GatewayError):
+    """The shared rate-limit store cannot be reached and the policy is to fail closed."""
+
+    status = 503
+    error_type = "server_error"
+    default_code = "rate_limiter_unavailable"
+
+
 class UpstreamError(GatewayError):
     status = 502
     error_type = "server_error"
@@ -143,3 +169,11 @@ class UpstreamTimeout(GatewayError):
     status = 504
     error_type = "server_error"
     default_code = "timeout"
+
+
+class KeyStoreUnavailable(GatewayError):
+    """A key had to be looked up and the key store did not answer: refused, never let through."""
+
+    status = 503
+    error_type = "server_error"
+    default_code = "key_store_unavailable"

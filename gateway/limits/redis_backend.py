@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 
 from gateway.limits.maths import Bucket, SubjectState, check, quotas
 from gateway.limits.redis_script import ACQUIRE, SETTLE
-from gateway.limits.types import Decision, Refusal, Subject, Ticket
+from gateway.limits.types import BackendUnavailable, Decision, Refusal, Subject, Ticket
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,10 @@ class RedisLimiter:
                 _arg(lim.concurrent_requests),
                 _arg(lim.daily_tokens),
             ]
-        reply = await self._acquire(keys=self._keys(subjects), args=args)
+        try:
+            reply = await self._acquire(keys=self._keys(subjects), args=args)
+        except (RedisError, OSError) as err:
+            raise BackendUnavailable(f"Redis: {type(err).__name__}: {err}") from None
         admitted, now, day = int(reply[0]), float(reply[1]), int(reply[2])
         states = [
             SubjectState(

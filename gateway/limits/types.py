@@ -64,12 +64,17 @@ class Decision:
     tokens: Quota | None
 
 
+class BackendUnavailable(Exception):
+    """The limiter's store could not answer (Redis down, slow or full); the policy decides."""
+
+
 class LimiterBackend(Protocol):
     """Where the counters live: this process (``memory``) or Redis, shared by every replica.
 
-    ``acquire`` checks every limit of every subject and takes them all, or none, atomically.
-    ``settle`` never blocks the caller and never raises: it runs even while a request is being
-    torn down by a disconnect; ``aclose`` waits for the settlements still on their way.
+    ``acquire`` checks every limit of every subject and takes them all, or none, atomically;
+    it raises :class:`BackendUnavailable` when the store cannot answer. ``settle`` never blocks
+    the caller and never raises: it runs even while a request is being torn down by a
+    disconnect; ``drain`` and ``aclose`` wait for the settlements still on their way.
     """
 
     async def acquire(

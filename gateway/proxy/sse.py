@@ -35,6 +35,7 @@ class StreamMeter:
         "finish_reasons",
         "first_token_at",
         "last_token_at",
+        "output_parts",
         "response_id",
         "response_model",
         "usage",
@@ -50,6 +51,8 @@ class StreamMeter:
         self.content_events = 0
         self.first_token_at: float | None = None
         self.last_token_at: float | None = None
+        self.output_parts: list[str] = []
+        """The text delivered, to count the output of a stream cut before its usage came."""
         self.usage: dict[str, Any] | None = None
         self.finish_reasons: list[str] = []
         self.response_id: str | None = None
@@ -127,6 +130,9 @@ class StreamMeter:
                 continue
             if _has_output(choice):
                 produced = True
+                text = _text_of(choice)
+                if text:
+                    self.output_parts.append(text)
             reason = choice.get("finish_reason")
             if reason:
                 self.finish_reasons.append(reason)
@@ -144,6 +150,12 @@ def _data_of(event: bytes) -> bytes | None:
         return event[6:].strip()
     lines = [line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:")]
     return b"\n".join(lines).strip() if lines else None
+
+
+def _text_of(choice: dict[str, Any]) -> str | None:
+    delta = choice.get("delta")
+    text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+    return text if isinstance(text, str) else None
 
 
 def _has_output(choice: dict[str, Any]) -> bool:

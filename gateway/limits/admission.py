@@ -1,0 +1,174 @@
+"""Stage 3, admit, and its other half, settle: reserve before forwarding, true up afterwards.
+
+A request reserves its counted prompt tokens plus its ``max_tokens`` (or the configured default)
+against its key and its tenant, both or neither. After the response the reservation is settled to
+the upstream's usage; a failure before any output refunds it::
+
+    limiter = RateLimiter.build(config.limits, metrics.registry)
+    reservation = await limiter.admit("req-1", principal, prompt_tokens=900, max_tokens=100,
+                                      headers=ctx.response_headers)   # or raises RateLimited
+    ...
+    limiter.settle(reservation, used_tokens=950)                       # never blocks or raises
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry
+from pydantic import BaseModel
+
+from gateway.errors import LimiterUnavailable
+from gateway.limits.config import LimitsConfig, LimitValues
+from gateway.limits.headers import Header, quota_headers, refusal_error
+from gateway.limits.memory import MemoryLimiter
+from gateway.limits.metrics import LimitMetrics
+from gateway.limits.redis_backend import RedisLimiter
+from gateway.limits.types import BackendUnavailable, LimiterBackend, Subject, Ticket
+
+logger = logging.getLogger(__name__)
+
+ANONYMOUS = "anonymous"
+"""The key id limited when authentication is off: every caller shares the default limits."""
+
+
+class Identity(Protocol):
+    """Who a request acts for (the auth stage's principal): its key, its tenant, their limits."""
+
+    @property
+    def key_id(self) -> str: ...
+
+    @property
+    def tenant_id(self) -> str: ...
+
+    @property
+    def limits(self) -> BaseModel:
+        """The key's limits over its tenant's."""
+
+    @property
+    def tenant_limits(self) -> BaseModel: ...
+
+
+@dataclass(slots=True)
+class Reservation:
+    ticket: Ticket | None
+    """None when nothing was taken (no limits apply, or the store failed open)."""
+    tokens: int
+
+
+def build_backend(config: LimitsConfig) -> LimiterBackend:
+    if config.backend == "redis":
+        assert config.redis_url is not None  # the config validator guarantees it
+        return RedisLimiter(
+            config.redis_url,
+            prefix=config.key_prefix,
+            lease=config.concurrency_lease,
+            max_connections=config.redis_max_connections,
+            timeout=config.redis_timeout,
+        )
+    return MemoryLimiter()
+
+
+class RateLimiter:
+    def __init__(self, config: LimitsConfig, backend: LimiterBackend, metrics: LimitMetrics):
+        self.config = config
+        self.backend = backend
+        self.metrics = metrics
+        self.reachable = True
+        self._values: dict[BaseModel, LimitValues] = {}
+
+    @classmethod
+    def build(cls, config: LimitsConfig, registry: CollectorRegistry) -> RateLimiter:
+        return cls(config, build_backend(config), LimitMetrics(registry))
+
+    async def admit(
+        self,
+        request_id: str,
+        identity: Identity | None,
+        prompt_tokens: int,
+        max_tokens: int | None,
+        headers: list[Header],
+    ) -> Reservation:
+        """Reserve, adding the quota headers to ``headers``; raises the 429 or the policy's 503."""
+        tokens = prompt_tokens + (max_tokens or self.config.default_max_tokens)
+        subjects = self._subjects(identity) if self.config.enabled else ()
+        if not subjects:
+            return Reservation(None, tokens)
+        try:
+            decision = await self.backend.acquire(subjects, tokens, request_id)
+        except BackendUnavailable as err:
+            self._unreachable(err)
+            return Reservation(None, tokens)
+        self._reached()
+        headers += quota_headers(decision)
+        if decision.refusal is not None:
+            self.metrics.refused.labels(
+                decision.refusal.subject.scope, decision.refusal.limit_name
+            ).inc()
+            raise refusal_error(decision.refusal)
+        return Reservation(decision.ticket, tokens)
+
+    def settle(self, reservation: Reservation, used_tokens: int) -> None:
+        """True the reservation up to ``used_tokens`` (0: a refund) and free its slot."""
+        if reservation.ticket is not None:
+            self.backend.settle(reservation.ticket, used_tokens)
+
+    def _subjects(self, identity: Identity | None) -> tuple[Subject, ...]:
+        defaults = self.config.defaults
+        if identity is None:
+            anonymous = Subject("key", ANONYMOUS, defaults)
+            return () if defaults.unlimited else (anonymous,)
+        key = Subject("key", identity.key_id, self._resolve(identity.limits))
+        tenant = Subject("tenant", identity.tenant_id, self._resolve(identity.tenant_limits))
+        return tuple(s for s in (key, tenant) if not s.limits.unlimited)
+
+    def _resolve(self, limits: BaseModel) -> LimitValues:
+        """The store's limits over the config's defaults, converted once per limits object."""
+        values = self._values.get(limits)
+        if values is None:
+            if len(self._values) > 10_000:
+                self._values.clear()
+            fields = LimitValues.model_fields
+            own = {k: v for k, v in limits.model_dump(exclude_none=True).items() if k in fields}
+            values = self._values[limits] = LimitValues(**own).over(self.config.defaults)
+        return values
+
+    def _unreachable(self, err: BackendUnavailable) -> None:
+        policy = self.config.on_backend_error
+        self.metrics.backend_errors.labels(policy).inc()
+        if self.reachable:
+            self.reachable = False
+            self.metrics.backend_up.set(0)
+            logger.error("rate limiter store unreachable, failing %s: %s", policy, err)
+        if policy == "closed":
+            raise LimiterUnavailable("The rate limiter is unavailable; try again shortly.")
+
+    def _reached(self) -> None:
+        if not self.reachable:
+            self.reachable = True
+            self.metrics.backend_up.set(1)
+            logger.warning("rate limiter store reachable again")
+
+    async def readiness(self) -> dict[str, object]:
+        """For ``/readyz``: the store's state; ``ready`` False only when failing closed."""
+        reachable = await self.backend.ping()
+        if reachable:
+            self._reached()
+        elif self.reachable:
+            self._unreachable_noted()
+        return {
+            "backend": self.config.backend,
+            "reachable": reachable,
+            "on_backend_error": self.config.on_backend_error,
+            "ready": reachable or self.config.on_backend_error == "open",
+        }
+
+    def _unreachable_noted(self) -> None:
+        self.reachable = False
+        self.metrics.backend_up.set(0)
+        logger.error("rate limiter store unreachable (readiness check)")
+
+    async def aclose(self) -> None:
+        await self.backend.aclose()

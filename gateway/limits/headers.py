@@ -1,0 +1,62 @@
+"""The ``x-ratelimit-*`` response headers and the 429 refusal, worded as OpenAI words them."""
+
+from __future__ import annotations
+
+import math
+
+from gateway.errors import RateLimited, TokensRateLimited
+from gateway.limits.types import Decision, Quota, Refusal
+
+Header = tuple[bytes, bytes]
+
+
+def duration(seconds: float) -> str:
+    """Go-style durations as OpenAI sends them: ``20ms``, ``1.5s``, ``6m0s``, ``1h0m0s``."""
+    if seconds <= 0:
+        return "0s"
+    if seconds < 1:
+        return f"{math.ceil(seconds * 1000)}ms"
+    if seconds < 60:
+        return f"{math.ceil(seconds * 1000) / 1000:g}s"
+    whole = math.ceil(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes}m{secs}s" if hours else f"{minutes}m{secs}s"
+
+
+def quota_headers(decision: Decision) -> list[Header]:
+    headers: list[Header] = []
+    _add(headers, b"requests", decision.requests)
+    _add(headers, b"tokens", decision.tokens)
+    return headers
+
+
+def _add(headers: list[Header], kind: bytes, quota: Quota | None) -> None:
+    if quota is None:
+        return
+    headers += [
+        (b"x-ratelimit-limit-" + kind, str(quota.limit).encode()),
+        (b"x-ratelimit-remaining-" + kind, str(quota.remaining).encode()),
+        (b"x-ratelimit-reset-" + kind, duration(quota.reset).encode()),
+    ]
+
+
+def refusal_error(refusal: Refusal) -> RateLimited:
+    """The 429, with ``retry-after``/``retry-after-ms`` when waiting will help (the SDKs obey)."""
+    subject = refusal.subject
+    where = f"{refusal.limit_name} on {subject.scope} {subject.id}"
+    cls = RateLimited if refusal.limit_name.startswith("requests") else TokensRateLimited
+    if refusal.retry_after is None:
+        return cls(
+            f"Request too large for {where}: Limit {refusal.limit}, Requested "
+            f"{refusal.requested}. Reduce the prompt or max_tokens.",
+        )
+    wait = refusal.retry_after
+    return cls(
+        f"Rate limit reached for {where}: Limit {refusal.limit}, Used {refusal.used}, "
+        f"Requested {refusal.requested}. Please try again in {duration(wait)}.",
+        headers={
+            "retry-after": str(max(1, math.ceil(wait))),
+            "retry-after-ms": str(max(1, math.ceil(wait * 1000))),
+        },
+    )

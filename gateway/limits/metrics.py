@@ -1,0 +1,27 @@
+"""Rate-limit metrics, registered on the gateway's own registry."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+
+class LimitMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.refused = Counter(
+            "gateway_rate_limited",
+            "Requests refused by a rate limit",
+            ["scope", "limit"],
+            registry=registry,
+        )
+        self.backend_up = Gauge(
+            "gateway_rate_limiter_backend_up",
+            "1 while the rate limiter's store answers, 0 while it does not",
+            registry=registry,
+        )
+        self.backend_errors = Counter(
+            "gateway_rate_limiter_backend_errors",
+            "Admissions the limiter's store could not answer (then the failure policy applied)",
+            ["policy"],
+            registry=registry,
+        )
+        self.backend_up.set(1)
