@@ -19,6 +19,15 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gateway.accounting.tokens import TokenizerConfig
+from gateway.routing.config import (
+    BreakerConfig,
+    CanaryConfig,
+    RetryConfig,
+    RoutingPolicy,
+    VariantConfig,
+    model_pool_errors,
+)
 from gateway.telemetry.config import TracingConfig
 
 
@@ -51,6 +60,9 @@ class PoolConfig(Strict):
     max_connections: int = Field(1024, gt=0)
     forward_headers: frozenset[str] = frozenset()
     """Client request headers passed on to this pool, beyond the gateway's own."""
+    capacity: int | None = Field(None, gt=0)
+    """Requests in flight (all replicas) above which the pool counts as saturated."""
+    breaker: BreakerConfig = BreakerConfig()
 
     @field_validator("forward_headers")
     @classmethod
@@ -67,10 +79,16 @@ class PoolConfig(Strict):
 
 
 class ModelConfig(Strict):
-    pool: str
+    pool: str | None = None
+    """The simple case: one pool. Otherwise ``variants`` (see gateway/routing/config.py)."""
     upstream_model: str | None = None
     """The name the upstream serves it under, when it differs from the name clients use."""
     owned_by: str = "pd-gateway"
+    variants: dict[str, VariantConfig] | None = None
+    routing: RoutingPolicy = RoutingPolicy()
+    canary: CanaryConfig | None = None
+    tokenizer: TokenizerConfig | None = None
+    """This model's own tokenizer, when it differs from the gateway-wide ``tokenizer``."""
 
 
 class ServerConfig(Strict):
@@ -90,15 +108,19 @@ class GatewayConfig(Strict):
     pools: dict[str, PoolConfig] = Field(min_length=1)
     models: dict[str, ModelConfig] = Field(min_length=1)
     tracing: TracingConfig = TracingConfig()
+    tokenizer: TokenizerConfig = TokenizerConfig()
+    """Counts prompt tokens for admission and routing, unless a model names its own."""
+    retries: RetryConfig = RetryConfig()
 
     @model_validator(mode="after")
     def _models_name_known_pools(self) -> GatewayConfig:
-        for name, model in self.models.items():
-            if model.pool not in self.pools:
-                known = ", ".join(sorted(self.pools))
-                raise ValueError(
-                    f"models.{name}.pool: unknown pool {model.pool!r} (known: {known})"
-                )
+        problems = [
+            problem
+            for name, m in self.models.items()
+            for problem in model_pool_errors(name, m.pool, m.variants, m.canary, self.pools)
+        ]
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
 
 

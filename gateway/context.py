@@ -28,6 +28,8 @@ class RequestContext:
     key_public_id: str | None = None
     variant: str | None = None
     routing_reason: str | None = None
+    prompt_tokens: int | None = None
+    """Counted once (gateway/accounting/tokens.py) for admission and routing alike."""
     meter: StreamMeter | None = None
     """What the response carried (usage, token times, finish reasons), once relayed."""
     extra: dict[str, object] = field(default_factory=dict)

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gateway.config import GatewayConfig, PoolConfig
@@ -14,6 +14,9 @@ from gateway.errors import ModelNotFound
 from gateway.metrics import GatewayMetrics
 from gateway.proxy.upstream import AiohttpUpstream, UpstreamClient
 from gateway.routing.pools import Pool, ProbeFn, check_forever, check_once
+from gateway.routing.router import ModelRouter
+from gateway.routing.service import Routing
+from gateway.routing.table import build_routers, build_routing
 from gateway.telemetry import Tracing, TracingConfig, build_tracing
 
 UpstreamFactory = Callable[[PoolConfig], UpstreamClient]
@@ -23,8 +26,10 @@ UpstreamFactory = Callable[[PoolConfig], UpstreamClient]
 class ModelRoute:
     name: str
     pool: Pool
+    """The model's first pool (its baseline variant's); ``router`` knows them all."""
     upstream_model: str | None
     owned_by: str
+    router: ModelRouter
 
 
 @dataclass(slots=True)
@@ -34,6 +39,7 @@ class GatewayState:
     pools: dict[str, Pool]
     models: dict[str, ModelRoute]
     upstream_factory: UpstreamFactory
+    routing: Routing
     started_at: int = field(default_factory=lambda: int(time.time()))
     clients: dict[str, UpstreamClient] = field(default_factory=dict)
     _health_tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -44,12 +50,11 @@ class GatewayState:
         cls, config: GatewayConfig, upstream_factory: UpstreamFactory = AiohttpUpstream
     ) -> GatewayState:
         pools = {name: Pool(name, pool) for name, pool in config.pools.items()}
-        models = {
-            name: ModelRoute(name, pools[m.pool], m.upstream_model, m.owned_by)
-            for name, m in config.models.items()
-        }
+        metrics = GatewayMetrics()
+        routing = build_routing(config, metrics)
+        models = model_routes(config, pools, routing)
         tracing = build_tracing(config.tracing, os.environ)
-        return cls(config, GatewayMetrics(), pools, models, upstream_factory, tracing=tracing)
+        return cls(config, metrics, pools, models, upstream_factory, routing, tracing=tracing)
 
     def route(self, model: str) -> ModelRoute:
         try:
@@ -59,12 +64,16 @@ class GatewayState:
 
     async def start(self) -> None:
         """Open one upstream client per pool, check every replica once, then keep checking."""
-        for name, pool in self.pools.items():
-            self.clients[name] = self.upstream_factory(pool.config)
-        await asyncio.gather(
-            *(check_once(pool, self._probe_for(pool)) for pool in self.pools.values())
-        )
-        for pool in self.pools.values():
+        await self.open_pools(self.pools.values())
+
+    async def open_pools(self, pools: Iterable[Pool]) -> None:
+        """Open the pools' clients, check their replicas once, then keep checking them (until
+        :meth:`stop`, or until a config reload retires the pool)."""
+        pools = list(pools)
+        for pool in pools:
+            self.clients[pool.name] = self.upstream_factory(pool.config)
+        await asyncio.gather(*(check_once(pool, self._probe_for(pool)) for pool in pools))
+        for pool in pools:
             task = asyncio.create_task(check_forever(pool, self._probe_for(pool)))
             self._health_tasks.append(task)
 
@@ -88,3 +97,13 @@ class GatewayState:
             return await client.probe(base_url + health.path, health.timeout)
 
         return probe
+
+
+def model_routes(
+    config: GatewayConfig, pools: Mapping[str, Pool], routing: Routing
+) -> dict[str, ModelRoute]:
+    routers = build_routers(config, pools, routing)
+    return {
+        name: ModelRoute(name, routers[name].pools[0], m.upstream_model, m.owned_by, routers[name])
+        for name, m in config.models.items()
+    }

@@ -16,7 +16,7 @@ from gateway.errors import GatewayError
 from gateway.proxy.disconnect import DisconnectWatch
 from gateway.proxy.parse import Operation, ParsedRequest, parse_request, read_body
 from gateway.proxy.relay import relay_stream, relay_whole
-from gateway.proxy.upstream import UpstreamConnectError, UpstreamResponse
+from gateway.proxy.upstream import UpstreamResponse
 from gateway.routing.pools import Pool, Replica
 from gateway.state import GatewayState, ModelRoute
 
@@ -38,40 +38,36 @@ class ProxyEndpoint:
         request = parse_request(self.operation, body, server.max_tokens_limit)
         ctx.model, ctx.stream = request.model, request.stream
         route = self.state.route(request.model)
-        ctx.pool = route.pool.name
-        upstream_body = _upstream_body(request, route)
-        with route.pool.acquire() as replica:
-            ctx.replica = replica.url
-            watch = DisconnectWatch(receive)
-            try:
-                headers = _upstream_headers(scope, route.pool, ctx)
-                await self._exchange(route.pool, replica, upstream_body, headers, send, ctx)
-            except asyncio.CancelledError:
-                if not watch.client_gone():
-                    raise
-                ctx.client_disconnected = True
-                ctx.status = CLIENT_CLOSED_REQUEST
-                self.state.metrics.client_disconnects.labels(ctx.model, ctx.pool).inc()
-            finally:
-                watch.stop()
+        watch = DisconnectWatch(receive)
+        try:
+            await self._exchange(route, request, scope, send, ctx)
+        except asyncio.CancelledError:
+            if not watch.client_gone():
+                raise
+            ctx.client_disconnected = True
+            ctx.status = CLIENT_CLOSED_REQUEST
+            self.state.metrics.client_disconnects.labels(ctx.model, ctx.pool or "").inc()
+        finally:
+            watch.stop()
 
     async def _exchange(
         self,
-        pool: Pool,
-        replica: Replica,
-        body: bytes,
-        headers: list[tuple[bytes, bytes]],
+        route: ModelRoute,
+        request: ParsedRequest,
+        scope: Scope,
         send: Send,
         ctx: RequestContext,
     ) -> None:
-        client = self.state.clients[pool.name]
+        """Route (variant, pool, replica; retries and failover inside), then relay the answer."""
+
+        async def send_via(pool: Pool, replica: Replica, model: str | None) -> UpstreamResponse:
+            headers = _upstream_headers(scope, pool, ctx)
+            body = _upstream_body(request, model)
+            return await self.state.clients[pool.name].send(replica.url + self.path, headers, body)
+
         try:
-            response = await client.send(replica.url + self.path, headers, body)
-            await self._relay(response, send, ctx)
-        except UpstreamConnectError as err:
-            pool.mark_down(replica, err.message)
-            self._count_error(ctx, err)
-            raise
+            async with self.state.routing.serve(route.router, request, scope, ctx, send_via) as up:
+                await self._relay(up.response, send, ctx)
         except GatewayError as err:  # before the response started; mid-stream ones end the stream
             self._count_error(ctx, err)
             raise
@@ -104,8 +100,8 @@ def _upstream_headers(scope: Scope, pool: Pool, ctx: RequestContext) -> list[tup
     return headers
 
 
-def _upstream_body(request: ParsedRequest, route: ModelRoute) -> bytes:
+def _upstream_body(request: ParsedRequest, upstream_model: str | None) -> bytes:
     """The body as the client sent it, unless the upstream knows the model by another name."""
-    if route.upstream_model is None or route.upstream_model == request.model:
+    if upstream_model is None or upstream_model == request.model:
         return request.body
-    return orjson.dumps({**request.payload, "model": route.upstream_model})
+    return orjson.dumps({**request.payload, "model": upstream_model})

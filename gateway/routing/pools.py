@@ -1,7 +1,9 @@
-"""Upstream pools: replicas, least-outstanding-requests choice, and health.
+"""Upstream pools: replicas, least-outstanding-requests choice, health and saturation.
 
-A replica leaves the rotation when an active check fails or a request cannot connect to it (passive
-health); the next successful active check brings it back.
+A replica leaves the rotation when an active check fails (until one succeeds), or when its circuit
+breaker opens after consecutive failed requests (passive health; after ``breaker.open_seconds`` one
+probe request is let through and its outcome closes or reopens the breaker). A pool with a
+``capacity`` is saturated while that many requests are in flight on it.
 """
 
 from __future__ import annotations
@@ -9,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+import time
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from dataclasses import dataclass
 
 from gateway.config import PoolConfig
 from gateway.errors import NoHealthyUpstream
+from gateway.routing.breaker import BreakerState, CircuitBreaker
 
 logger = logging.getLogger(__name__)
 
@@ -25,9 +29,18 @@ ProbeFn = Callable[[str], Awaitable[str | None]]
 class Replica:
     url: str
     """The base URL, without ``/v1``."""
+    breaker: CircuitBreaker
     healthy: bool = True
+    """The active check's verdict."""
     outstanding: int = 0
     last_error: str | None = None
+    last_failure: str | None = None
+    """Why the breaker last counted a failure (for /readyz and logs)."""
+
+    @property
+    def available(self) -> bool:
+        """In rotation: the active check passes and the breaker lets a request through."""
+        return self.healthy and self.breaker.allows()
 
 
 class Pool:
@@ -37,18 +50,27 @@ class Pool:
         ...  # send to replica.url
     """
 
-    def __init__(self, name: str, config: PoolConfig) -> None:
+    def __init__(
+        self, name: str, config: PoolConfig, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.name = name
         self.config = config
-        self.replicas = [Replica(url) for url in config.urls]
-        self.forward_headers = frozenset(n.encode() for n in config.forward_headers)
+        self.replicas = [Replica(url, CircuitBreaker(config.breaker, clock)) for url in config.urls]
         self._next = 0  # rotates the starting point so equal loads spread evenly
+        self.forward_headers = frozenset(n.encode() for n in config.forward_headers)
+        self.in_flight = 0
 
     @property
     def healthy(self) -> bool:
-        return any(r.healthy for r in self.replicas)
+        return any(r.available for r in self.replicas)
 
-    def choose(self) -> Replica:
+    @property
+    def saturated(self) -> bool:
+        capacity = self.config.capacity
+        return capacity is not None and self.in_flight >= capacity
+
+    def choose(self, exclude: Collection[Replica] = ()) -> Replica:
+        """The available replica with the fewest requests outstanding, not one of ``exclude``."""
         replicas = self.replicas
         count = len(replicas)
         start = self._next
@@ -56,7 +78,11 @@ class Pool:
         best: Replica | None = None
         for i in range(count):
             replica = replicas[(start + i) % count]
-            if replica.healthy and (best is None or replica.outstanding < best.outstanding):
+            if (
+                replica.available
+                and replica not in exclude
+                and (best is None or replica.outstanding < best.outstanding)
+            ):
                 best = replica
         if best is None:
             raise NoHealthyUpstream(
@@ -66,13 +92,53 @@ class Pool:
         return best
 
     @contextlib.contextmanager
-    def acquire(self) -> Iterator[Replica]:
-        replica = self.choose()
-        replica.outstanding += 1
+    def acquire(self, exclude: Collection[Replica] = ()) -> Iterator[Replica]:
+        replica = self.take(exclude)
         try:
             yield replica
         finally:
-            replica.outstanding -= 1
+            self.give_back(replica)
+
+    def take(self, exclude: Collection[Replica] = ()) -> Replica:
+        """Choose a replica and count the request on it; pair with :meth:`give_back`."""
+        replica = self.choose(exclude)
+        replica.breaker.on_attempt()
+        replica.outstanding += 1
+        self.in_flight += 1
+        return replica
+
+    def give_back(self, replica: Replica) -> None:
+        replica.outstanding -= 1
+        self.in_flight -= 1
+
+    def record(self, replica: Replica, failure: str | None) -> None:
+        """The outcome of one request to ``replica``: None for success, else a short reason."""
+        if failure is not None:
+            replica.last_failure = failure
+        if replica.breaker.record(failure is None):
+            self._log_breaker(replica)
+
+    def trip(self, replica: Replica, reason: str) -> None:
+        """Open the replica's breaker at once (it could not be connected to)."""
+        replica.last_failure = reason
+        was_closed = replica.breaker.state is BreakerState.CLOSED
+        replica.breaker.trip()
+        if was_closed:
+            self._log_breaker(replica)
+
+    def _log_breaker(self, replica: Replica) -> None:
+        state = replica.breaker.state.value
+        logger.warning(
+            "replica circuit breaker " + state,
+            extra={
+                "fields": {
+                    "pool": self.name,
+                    "replica": replica.url,
+                    "breaker": state,
+                    "reason": replica.last_failure,
+                }
+            },
+        )
 
     def mark_down(self, replica: Replica, reason: str) -> None:
         if replica.healthy:

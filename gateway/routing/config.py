@@ -1,0 +1,134 @@
+"""Configuration of routing: per-model variants and pools, the length policy, breakers, retries.
+
+A model names either one pool (``pool: NAME``, the simple case) or variants, each with a PD pool,
+a colocated pool or both, and a weight::
+
+    models:
+      llama:
+        variants:
+          stable: {weight: 95, pools: {pd: pd-a, colocated: colo-a}}
+          canary: {weight: 5, pools: {colocated: colo-b}, upstream_model: llama-v2}
+        routing: {pd_threshold_tokens: 1024}
+        canary: {baseline: stable, window_seconds: 60, error_rate_margin: 0.05}
+
+These models do not import :mod:`gateway.config` (which imports them); they reject unknown keys
+and are frozen like the rest of the configuration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Role(StrEnum):
+    """Which kind of deployment a pool is: disaggregated prefill/decode, or colocated."""
+
+    PD = "pd"
+    COLOCATED = "colocated"
+
+
+class VariantPools(_Strict):
+    pd: str | None = None
+    colocated: str | None = None
+
+    @model_validator(mode="after")
+    def _at_least_one(self) -> VariantPools:
+        if self.pd is None and self.colocated is None:
+            raise ValueError("name a pd pool, a colocated pool, or both")
+        return self
+
+
+class VariantConfig(_Strict):
+    weight: float = Field(ge=0)
+    """Relative share of keys; 0 takes the variant out of the split (forcing it still works)."""
+    pools: VariantPools
+    upstream_model: str | None = None
+    """The name this variant's upstream serves the model under, if not the model's own."""
+
+
+class RoutingPolicy(_Strict):
+    """How one request chooses between a variant's PD and colocated pools."""
+
+    pd_threshold_tokens: int = Field(1024, ge=1)
+    """Prompts of at least this many tokens (template overhead included) go to PD."""
+    pd_min_max_tokens: int | None = Field(None, ge=1)
+    """Optional: requests asking for at least this many output tokens go to PD too."""
+    colocated_max_prompt_tokens: int | None = Field(None, ge=1)
+    """Optional: longer prompts never fail over to colocated (its context is too short)."""
+    force_headers: Literal["trusted", "always", "never"] = "trusted"
+    """Who may steer with ``x-gateway-variant`` and ``x-gateway-pool-hint``: trusted keys (admin
+    or flagged), everyone (development only), or no one."""
+
+
+class CanaryConfig(_Strict):
+    """Automatic rollback: a variant worse than the baseline over the window loses its weight."""
+
+    baseline: str = "stable"
+    window_seconds: float = Field(60.0, gt=0)
+    min_requests: int = Field(20, ge=1)
+    """Neither side is judged on fewer requests than this within the window."""
+    error_rate_margin: float = Field(0.05, ge=0)
+    """Roll back when the variant's error rate exceeds the baseline's by more than this."""
+    ttft_p95_margin: float = Field(0.5, ge=0)
+    """Roll back when the variant's p95 time to first token exceeds the baseline's by more than
+    this fraction (0.5: 50% slower)."""
+
+
+class BreakerConfig(_Strict):
+    """Passive health per replica: consecutive failures open its circuit for ``open_seconds``;
+    then one probe request is let through (half-open) and its outcome closes or reopens it."""
+
+    failures: int = Field(3, ge=1)
+    open_seconds: float = Field(5.0, gt=0)
+
+
+class RetryConfig(_Strict):
+    """Retries happen only before any byte reached the client, on connect errors and 5xx."""
+
+    max_attempts: int = Field(3, ge=1)
+    """Attempts per request, the first included."""
+    budget_ratio: float = Field(0.2, ge=0)
+    """Retries may add at most this fraction of the requests' volume (a retry storm guard)..."""
+    budget_min_per_second: float = Field(5.0, ge=0)
+    """...plus this many retries per second, so a quiet gateway can still retry."""
+
+
+def model_pool_errors(
+    model: str,
+    pool: str | None,
+    variants: Mapping[str, VariantConfig] | None,
+    canary: CanaryConfig | None,
+    known: Collection[str],
+) -> list[str]:
+    """Problems with the pools and variants one model names, each with its config path."""
+    where = f"models.{model}"
+    if (pool is None) == (variants is None):
+        return [f"{where}: give either `pool` or `variants`"]
+    known_list = ", ".join(sorted(known))
+    if pool is not None:
+        return (
+            [] if pool in known else [f"{where}.pool: unknown pool {pool!r} (known: {known_list})"]
+        )
+    assert variants is not None
+    errors = []
+    if not variants:
+        errors.append(f"{where}.variants: name at least one variant")
+    for name, variant in variants.items():
+        for role in Role:
+            named = getattr(variant.pools, role.value)
+            if named is not None and named not in known:
+                errors.append(
+                    f"{where}.variants.{name}.pools.{role.value}: unknown pool {named!r} "
+                    f"(known: {known_list})"
+                )
+    if canary is not None and canary.baseline not in variants:
+        errors.append(f"{where}.canary.baseline: no variant named {canary.baseline!r}")
+    return errors

@@ -1,0 +1,71 @@
+"""Prometheus metrics of routing and canaries, on the gateway's own registry.
+
+Labels are bounded: model, variant and pool names come from config; reasons from a fixed set.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from gateway.metrics import LATENCY_BUCKETS, GatewayMetrics
+
+_TOKENS_PER_SECOND_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)
+
+
+class RoutingMetrics:
+    def __init__(self, gateway: GatewayMetrics) -> None:
+        r = gateway.registry
+        self.decisions = Counter(
+            "gateway_routing_decisions",
+            "Requests by the variant and pool that served them, and why",
+            ["model", "variant", "pool", "reason"],
+            registry=r,
+        )
+        self.retries = Counter(
+            "gateway_upstream_retries",
+            "Attempts repeated on another replica or pool before any byte reached the client",
+            ["model", "pool", "cause"],
+            registry=r,
+        )
+        self.retries_refused = Counter(
+            "gateway_upstream_retries_refused",
+            "Retries not made because the retry budget was spent",
+            ["model"],
+            registry=r,
+        )
+        self.variant_requests = Counter(
+            "gateway_variant_requests",
+            "Finished requests per model variant",
+            ["model", "variant", "outcome"],
+            registry=r,
+        )
+        self.variant_ttft = Histogram(
+            "gateway_variant_time_to_first_token_seconds",
+            "Time to the first relayed body byte, per model variant",
+            ["model", "variant"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.variant_tokens_per_second = Histogram(
+            "gateway_variant_output_tokens_per_second",
+            "Output tokens per second after the first token, per model variant",
+            ["model", "variant"],
+            buckets=_TOKENS_PER_SECOND_BUCKETS,
+            registry=r,
+        )
+        self.variant_weight = Gauge(
+            "gateway_variant_weight",
+            "Live weight of each variant",
+            ["model", "variant"],
+            registry=r,
+        )
+        self.rollbacks = gateway.canary_rollbacks  # declared with the gateway's metrics
+        self.breaker_open = Gauge(
+            "gateway_replica_breaker_open",
+            "1 while the replica's circuit breaker is open or half-open",
+            ["pool", "replica"],
+            registry=r,
+        )
+        self.reloads = Counter(
+            "gateway_config_reloads", "Configuration reloads by result", ["result"], registry=r
+        )

@@ -1,0 +1,195 @@
+"""The route stage: count, choose a variant and a pool, dispatch, and learn from the outcome.
+
+The handler's only routing code is::
+
+    async with state.routing.serve(route.router, request, scope, ctx, send_to) as attempt:
+        await relay(attempt.response)
+
+Everything it decides is written on the request context (``variant``, ``pool``, ``replica``,
+``routing_reason``), from where the response headers, the access log, metrics and spans read it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from gateway.accounting.tokens import TokenCounter
+from gateway.asgi import Scope, header
+from gateway.context import RequestContext
+from gateway.errors import GatewayError
+from gateway.proxy.parse import ParsedRequest
+from gateway.proxy.upstream import UpstreamResponse
+from gateway.routing.config import Role, RoutingPolicy
+from gateway.routing.dispatch import Attempt, Dispatcher
+from gateway.routing.metrics import RoutingMetrics
+from gateway.routing.pools import Pool, Replica
+from gateway.routing.router import ModelRouter, Variant
+
+FORCE_VARIANT_HEADER = b"x-gateway-variant"
+POOL_HINT_HEADER = b"x-gateway-pool-hint"
+
+SendVia = Callable[[Pool, Replica, str | None], Awaitable[UpstreamResponse]]
+"""``await send_via(pool, replica, upstream_model)``: the upstream's response, at its headers."""
+
+
+def prompt_tokens(
+    ctx: RequestContext, request: ParsedRequest, counters: Mapping[str, TokenCounter]
+) -> int:
+    """The request's prompt tokens, counted once and kept on the context (admission and routing
+    both need them)."""
+    if ctx.prompt_tokens is None:
+        counter = counters[request.model]
+        ctx.prompt_tokens = counter.count_request(request.operation, request.payload)
+    return ctx.prompt_tokens
+
+
+def sticky_key(scope: Scope, ctx: RequestContext, request: ParsedRequest) -> bytes:
+    """What keeps a caller on one variant: the API key's public id once authentication set it,
+    else the request's ``user`` field, else the client address."""
+    if ctx.key_public_id:
+        return b"key:" + ctx.key_public_id.encode()
+    user = request.payload.get("user")
+    if isinstance(user, str) and user:
+        return b"user:" + user.encode()
+    client = scope.get("client")
+    return f"addr:{client[0] if client else ''}".encode()
+
+
+TRUSTED_LABEL = "routing.force"
+"""A key whose labels say ``routing.force: "true"`` may force a variant or a pool."""
+
+
+def may_steer(policy: RoutingPolicy, ctx: RequestContext) -> bool:
+    if policy.force_headers == "always":
+        return True
+    if policy.force_headers == "never":
+        return False
+    principal = _principal(ctx)
+    return principal is not None and principal.labels.get(TRUSTED_LABEL) == "true"
+
+
+def _principal(ctx: RequestContext) -> Any:
+    # The authentication stage (issue 4) sets ``ctx.principal``; until it lands in the context,
+    # read it defensively so routing works with and without authentication.
+    return getattr(ctx, "principal", None)
+
+
+class Routing:
+    """Routing for the whole gateway: token counters, the dispatcher, and the metrics."""
+
+    def __init__(
+        self,
+        counters: Mapping[str, TokenCounter],
+        dispatcher: Dispatcher,
+        metrics: RoutingMetrics,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.counters = counters
+        self.dispatcher = dispatcher
+        self.metrics = metrics
+        self._clock = clock
+
+    @asynccontextmanager
+    async def serve(
+        self,
+        router: ModelRouter,
+        request: ParsedRequest,
+        scope: Scope,
+        ctx: RequestContext,
+        send_via: SendVia,
+    ) -> AsyncIterator[Attempt]:
+        variant = self._variant(router, scope, ctx, request)
+        hint = self._hint(router.policy, scope, ctx)
+        tokens = prompt_tokens(ctx, request, self.counters) if _needs_count(variant) else 0
+        plan = router.plan(variant, tokens, request.max_tokens, hint)
+        upstream_model = variant.upstream_model
+
+        async def send_to(pool: Pool, replica: Replica) -> UpstreamResponse:
+            return await send_via(pool, replica, upstream_model)
+
+        error: bool | None = None  # stays None when the client left: no verdict on the variant
+        try:
+            async with self.dispatcher.connect(plan, ctx, send_to) as attempt:
+                self.metrics.decisions.labels(
+                    router.name, variant.name, attempt.pool.name, ctx.routing_reason or ""
+                ).inc()
+                yield attempt
+                error = attempt.response.status >= 500 or ctx.error_code is not None
+        except GatewayError:
+            error = True
+            raise
+        finally:
+            if error is not None:
+                self._observe(router, variant, ctx, error)
+
+    def _variant(
+        self, router: ModelRouter, scope: Scope, ctx: RequestContext, request: ParsedRequest
+    ) -> Variant:
+        forced = header(scope, FORCE_VARIANT_HEADER)
+        if forced is not None and may_steer(router.policy, ctx):
+            variant = router.choose_variant(b"", forced.decode("latin-1"))
+        else:
+            variant = router.choose_variant(sticky_key(scope, ctx, request), None)
+        ctx.variant = variant.name
+        return variant
+
+    def _hint(self, policy: RoutingPolicy, scope: Scope, ctx: RequestContext) -> Role | None:
+        value = header(scope, POOL_HINT_HEADER)
+        if value is None or not may_steer(policy, ctx):
+            return None
+        try:
+            return Role(value.decode("latin-1").lower())
+        except ValueError:
+            return None
+
+    def _observe(
+        self, router: ModelRouter, variant: Variant, ctx: RequestContext, error: bool
+    ) -> None:
+        model = router.name
+        self.metrics.variant_requests.labels(model, variant.name, "error" if error else "ok").inc()
+        ttft = ctx.time_to_first_byte
+        if ttft is not None and not error:
+            self.metrics.variant_ttft.labels(model, variant.name).observe(ttft)
+            rate = _output_tokens_per_second(ctx)
+            if rate is not None:
+                self.metrics.variant_tokens_per_second.labels(model, variant.name).observe(rate)
+        router.observe(variant, error, None if error else ttft)
+
+    def on_rollback(self, router: ModelRouter) -> Callable[[Variant, str], None]:
+        def rolled_back(variant: Variant, reason: str) -> None:
+            self.metrics.rollbacks.labels(router.name, variant.name).inc()
+            self.metrics.variant_weight.labels(router.name, variant.name).set(0)
+
+        return rolled_back
+
+
+def _output_tokens_per_second(ctx: RequestContext) -> float | None:
+    """Decode speed of a metered stream: output tokens after the first, over their time."""
+    meter = ctx.meter
+    if meter is None or meter.usage is None:
+        return None
+    first, last = meter.first_token_at, meter.last_token_at
+    tokens = meter.usage.get("completion_tokens")
+    if first is None or last is None or last <= first or not isinstance(tokens, int):
+        return None
+    return (tokens - 1) / (last - first) if tokens > 1 else None
+
+
+def _needs_count(variant: Variant) -> bool:
+    """Only a variant with both a PD and a colocated pool decides by prompt length."""
+    return len(variant.by_role) > 1
+
+
+def routing_headers(ctx: RequestContext) -> list[tuple[bytes, bytes]]:
+    """How the request was served, for the response: pool, variant, reason."""
+    headers = []
+    if ctx.pool is not None:
+        headers.append((b"x-gateway-pool", ctx.pool.encode()))
+    if ctx.variant is not None:
+        headers.append((b"x-gateway-variant", ctx.variant.encode()))
+    if ctx.routing_reason is not None:
+        headers.append((b"x-gateway-route-reason", ctx.routing_reason.encode()))
+    return headers
