@@ -1,0 +1,232 @@
+"""The local CPU profile: a tiny model, a Ray of our own on loopback, both apps, one HTTP port.
+
+``local_up`` generates the tiny model (no download), renders the serving config, starts the
+driver process that owns Ray (:mod:`serve_app.local_driver`), waits until both apps answer, and
+writes a state file. ``local_down`` stops exactly the processes recorded there::
+
+    state = local_up(Path("examples/serving/local-cpu.yaml"), Path("/tmp/pd-serve"))
+    state.base_urls["pd"]          # http://127.0.0.1:8000/pd  (OpenAI: <base>/v1/...)
+    local_down(Path("/tmp/pd-serve"))
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from serve_app import procs
+from serve_app.config import ServingConfig, load_serving_config
+from serve_app.render import render_serve_config, render_serve_config_yaml
+from serve_app.tiny_model import make_tiny_model
+
+STATE_FILE = "state.json"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "serving" / "local-cpu.yaml"
+
+
+class LocalStackError(Exception):
+    """The local stack could not be started or stopped; the message says why."""
+
+
+class LocalState(BaseModel):
+    """What ``local up`` started, written to ``<state dir>/state.json``."""
+
+    driver: procs.Proc
+    processes: list[procs.Proc] = []
+    """The driver's descendants when it became ready (Ray's node processes, replicas, engines)."""
+    http_port: int
+    base_urls: dict[str, str]
+    """App name -> base URL; the OpenAI paths live under it (``<base>/v1/chat/completions``)."""
+    model: str
+    driver_log: str
+    serve_config: str
+    session_dir: str | None = None
+    seconds_to_ready: float | None = None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def load_state(state_dir: Path) -> LocalState | None:
+    path = state_dir / STATE_FILE
+    if not path.is_file():
+        return None
+    return LocalState.model_validate_json(path.read_text())
+
+
+def _save_state(state_dir: Path, state: LocalState) -> None:
+    tmp = state_dir / (STATE_FILE + ".tmp")
+    tmp.write_text(state.model_dump_json(indent=2))
+    tmp.replace(state_dir / STATE_FILE)
+
+
+def localise(cfg: ServingConfig, http_port: int) -> ServingConfig:
+    """Pin the HTTP port and give each PD side free NIXL side-channel ports, so two local stacks
+    (or another program on Ray's default ports 20000/22000) do not collide."""
+    update: dict[str, object] = {"serve": cfg.serve.model_copy(update={"http_port": http_port})}
+    if cfg.pd is not None:
+        sides = {
+            name: side.model_copy(update={"side_channel_port_base": free_port()})
+            if side.side_channel_port_base is None
+            else side
+            for name, side in (("prefill", cfg.pd.prefill), ("decode", cfg.pd.decode))
+        }
+        update["pd"] = cfg.pd.model_copy(update=sides)
+    return cfg.model_copy(update=update)
+
+
+def base_urls(cfg: ServingConfig) -> dict[str, str]:
+    host = "127.0.0.1" if cfg.serve.http_host in ("0.0.0.0", "") else cfg.serve.http_host  # noqa: S104
+    root = f"http://{host}:{cfg.serve.http_port}"
+    urls = {}
+    if cfg.pd is not None:
+        urls[cfg.pd.app_name] = root + cfg.pd.route_prefix.rstrip("/")
+    if cfg.colocated is not None:
+        urls[cfg.colocated.app_name] = root + cfg.colocated.route_prefix.rstrip("/")
+    return urls
+
+
+def _prepare(config: Path, state_dir: Path, port: int | None) -> tuple[ServingConfig, Path]:
+    env = {**os.environ, "PD_SERVE_LOCAL_DIR": str(state_dir)}
+    cfg = load_serving_config(config, env)
+    chosen = cfg.serve.http_port if port is None else port
+    cfg = localise(cfg, free_port() if chosen == 0 else chosen)
+    model_dir = Path(cfg.model.source)
+    if model_dir.is_absolute() and not (model_dir / "config.json").is_file():
+        make_tiny_model(model_dir)
+    (state_dir / "serve-config.yaml").write_text(render_serve_config_yaml(cfg))
+    rendered = state_dir / "serve-config.json"
+    rendered.write_text(json.dumps(render_serve_config(cfg)))
+    return cfg, rendered
+
+
+def local_up(
+    config: Path = DEFAULT_CONFIG,
+    state_dir: Path = Path("/tmp/pd-serve"),  # noqa: S108 - the profile's documented default
+    *,
+    port: int | None = None,
+    timeout: float = 600.0,
+) -> LocalState:
+    """Start the stack and return once every app answers ``GET <base>/v1/models``."""
+    state_dir = state_dir.resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    existing = load_state(state_dir)
+    if existing is not None and procs.alive(existing.driver):
+        raise LocalStackError(f"already up (driver pid {existing.driver[0]}); run local down")
+    cfg, rendered = _prepare(config, state_dir, port)
+    ready_file = state_dir / "ready.json"
+    ready_file.unlink(missing_ok=True)
+    log_path = state_dir / "driver.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
+            [sys.executable, "-m", "serve_app.local_driver", str(rendered), str(ready_file)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            # Its own session: a Ctrl-C in the caller's terminal does not reach Ray half-started.
+            start_new_session=True,
+            env={**os.environ, "PD_SERVE_LOCAL_DIR": str(state_dir)},
+        )
+    driver = procs.this_proc(proc.pid) or (proc.pid, 0)
+    state = LocalState(
+        driver=driver,
+        http_port=cfg.serve.http_port,
+        base_urls=base_urls(cfg),
+        model=cfg.model.id,
+        driver_log=str(log_path),
+        serve_config=str(rendered),
+    )
+    # Saved before waiting, so `local down` can stop a start-up that hangs or is interrupted.
+    _save_state(state_dir, state)
+    try:
+        ready = _wait_ready(proc, ready_file, state, timeout)
+    except BaseException:
+        local_down(state_dir)
+        raise
+    state = state.model_copy(
+        update={
+            "processes": procs.descendants(proc.pid),
+            "session_dir": ready["session_dir"],
+            "seconds_to_ready": ready["seconds_to_ready"],
+        }
+    )
+    _save_state(state_dir, state)
+    return state
+
+
+def _wait_ready(
+    proc: subprocess.Popen[bytes], ready_file: Path, state: LocalState, timeout: float
+) -> dict[str, object]:
+    deadline = time.monotonic() + timeout
+    while not ready_file.is_file():
+        if proc.poll() is not None:
+            raise LocalStackError(
+                f"the driver exited with {proc.returncode}:\n{_tail(Path(state.driver_log))}"
+            )
+        if time.monotonic() > deadline:
+            raise LocalStackError(f"not ready in {timeout:.0f}s:\n{_tail(Path(state.driver_log))}")
+        time.sleep(0.5)
+    for url in state.base_urls.values():
+        _wait_http_ok(url + "/v1/models", deadline)
+    ready: dict[str, object] = json.loads(ready_file.read_text())
+    return ready
+
+
+def _wait_http_ok(url: str, deadline: float) -> None:
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - loopback
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            raise LocalStackError(f"{url} did not answer 200 in time")
+        time.sleep(0.5)
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def local_down(state_dir: Path = Path("/tmp/pd-serve"), timeout: float = 60.0) -> bool:  # noqa: S108
+    """Stop what ``local up`` recorded in ``state_dir``; False if nothing was recorded."""
+    state_dir = state_dir.resolve()
+    state = load_state(state_dir)
+    if state is None:
+        return False
+    # The tree as it is now (replicas restarted since start-up included), and as it was at ready.
+    tree = state.processes + (
+        procs.descendants(state.driver[0]) if procs.alive(state.driver) else []
+    )
+    # The driver shuts Serve and its Ray down cleanly on SIGTERM.
+    if procs.signal_if_alive(state.driver, signal.SIGTERM):
+        deadline = time.monotonic() + timeout
+        while procs.alive(state.driver) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    # Whatever did not stop in time, or outlived the driver, is killed: only recorded processes.
+    procs.signal_if_alive(state.driver, signal.SIGKILL)
+    for proc in tree:
+        procs.signal_if_alive(proc, signal.SIGKILL)
+    # Return only once they are gone, so the caller may start again (ports, memory) at once.
+    deadline = time.monotonic() + 10
+    while any(procs.alive(p) for p in [state.driver, *tree]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    (state_dir / STATE_FILE).unlink(missing_ok=True)
+    (state_dir / "ready.json").unlink(missing_ok=True)
+    return True
