@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 import yaml
 
 from gateway.config import GatewayConfig, parse_config
+from serve_app.render import COLOCATED_BUILDER, PD_BUILDER
+from tests.deploy.k8s_policy import engine_configs
 from tests.deploy.k8s_render import by_kind, one, overlay_names
 
 Rendered = dict[str, list[dict[str, Any]]]
@@ -54,21 +55,69 @@ def test_pools_point_at_the_serve_services_and_their_models(
     rendered: Rendered, overlay: str
 ) -> None:
     docs = rendered[overlay]
-    config = parsed(docs)
-    served: dict[str, set[str]] = {}
+    assert route_problems(parsed(docs), serve_apps(docs)) == []
+
+
+def test_route_check_catches_a_wrong_url_and_a_wrong_model(rendered: Rendered) -> None:
+    docs = rendered["eks-g6"]
+    document = gateway_document(docs)
+    env = {name: "dummy" for name in deployment_env_names(docs)}
+    document["pools"]["colocated"]["urls"] = ["http://colocated-serve-svc.ray.svc:8000/pd"]
+    (model,) = document["models"].values()
+    model["upstream_model"] = "Qwen/Qwen3.5-9B-Instruct"
+    problems = route_problems(parse_config(document, env), serve_apps(docs))
+    assert any("colocated" in p for p in problems)
+    assert any("Qwen3.5-9B-Instruct" in p for p in problems)
+
+
+def route_problems(config: GatewayConfig, apps: dict[str, dict[str, Any]]) -> list[str]:
+    problems = [
+        f"pool {name}: {url} is no RayService's Serve app"
+        for name, pool in config.pools.items()
+        for url in pool.urls
+        if url not in apps
+    ]
+    for model_name, model in config.models.items():
+        for pool_name, role, upstream in model_routes(model_name, model):
+            for url in config.pools[pool_name].urls:
+                if url not in apps:
+                    continue
+                if upstream not in model_ids(apps[url]):
+                    problems.append(f"model {model_name}: {upstream} is not served at {url}")
+                if role is not None and apps[url]["import_path"] != BUILDERS[role]:
+                    problems.append(f"model {model_name}: {url} is not a {role} app")
+    return problems
+
+
+# What each pool role must be built with (serve_app.render's stock Ray Serve LLM builders).
+BUILDERS = {"pd": PD_BUILDER, "colocated": COLOCATED_BUILDER}
+
+
+def serve_apps(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Serve application by the in-cluster URL the gateway reaches it at: KubeRay's
+    <rayservice>-serve-svc Service, Serve's port, the app's route prefix."""
+    apps = {}
     for rayservice in by_kind(docs, "RayService"):
         meta = rayservice["metadata"]
         host = f"{meta['name']}-serve-svc.{meta['namespace']}.svc:8000"
         for app in yaml.safe_load(rayservice["spec"]["serveConfigV2"])["applications"]:
-            served[f"http://{host}{app['route_prefix']}"] = model_ids(app)
-    for name, pool in config.pools.items():
-        for url in pool.urls:
-            assert url in served, f"pool {name}: {url} is no RayService's Serve app"
-            assert urlsplit(url).scheme == "http"
-    for name, model in config.models.items():
-        upstream = model.upstream_model or name
-        urls = config.pools[model.pool].urls
-        assert all(upstream in served[url] for url in urls), f"model {name}: not served there"
+            apps[f"http://{host}{app['route_prefix']}"] = app
+    return apps
+
+
+def model_routes(name: str, model: Any) -> list[tuple[str, str | None, str]]:
+    """(pool, role or None, upstream model name) for every way a gateway model reaches a pool:
+    its single ``pool``, or each variant's PD and colocated pools."""
+    if model.pool is not None:
+        return [(model.pool, None, model.upstream_model or name)]
+    routes = []
+    for variant in (getattr(model, "variants", None) or {}).values():
+        upstream = variant.upstream_model or model.upstream_model or name
+        for role in ("pd", "colocated"):
+            pool = getattr(variant.pools, role)
+            if pool is not None:
+                routes.append((pool, role, upstream))
+    return routes
 
 
 def strings(value: Any) -> list[str]:
@@ -81,6 +130,4 @@ def strings(value: Any) -> list[str]:
 
 
 def model_ids(app: dict[str, Any]) -> set[str]:
-    args = app["args"]
-    configs = args.get("llm_configs") or [args["prefill_config"], args["decode_config"]]
-    return {c["model_loading_config"]["model_id"] for c in configs}
+    return {c["model_loading_config"]["model_id"] for c in engine_configs(app)}
