@@ -249,3 +249,15 @@ def gpu_pods_beyond_node_groups(docs: list[Doc], cluster: Doc) -> list[str]:
     if pods_max > nodes_max:
         problems.append(f"{pods_max} GPU worker pods at most, {nodes_max} GPU nodes at most")
     return problems
+
+
+def unpinned_images(doc: Doc) -> list[str]:
+    """Every image names a tag (or digest) other than latest, so a rollout is reproducible."""
+    problems = []
+    for where, spec in pod_specs(doc):
+        for c in containers(spec):
+            image = c["image"]
+            name, _, tag = image.rpartition(":") if "@" not in image else (image, "", "digest")
+            if not name or "/" in tag or tag in ("", "latest"):
+                problems.append(f"{where} {c['name']}: image {image} has no fixed tag")
+    return problems

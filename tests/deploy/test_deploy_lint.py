@@ -60,3 +60,31 @@ def test_yamllint_passes_on_k8s() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def copy_sources(dockerfile: Path) -> list[str]:
+    """Sources of the build-context COPY instructions (not COPY --from=stage)."""
+    sources = []
+    for line in dockerfile.read_text().splitlines():
+        words = line.split()
+        if not words or words[0] != "COPY" or any(w.startswith("--from") for w in words):
+            continue
+        sources += [w for w in words[1:-1] if not w.startswith("--")]
+    return sources
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_copied_files_exist_and_pass_dockerignore(dockerfile: Path) -> None:
+    # .dockerignore here excludes everything, then re-includes what the images copy ("!path").
+    ignore = (REPO_ROOT / ".dockerignore").read_text().splitlines()
+    included = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
+    sources = copy_sources(dockerfile)
+    assert sources, f"{dockerfile.name} copies nothing from the build context"
+    for source in sources:
+        assert (REPO_ROOT / source).exists(), f"{dockerfile.name}: COPY {source}: no such file"
+        assert source.rstrip("/").removeprefix("./") in included, f".dockerignore drops {source}"
+
+
+def test_the_gateway_image_leaves_serve_app_out() -> None:
+    # The gateway never imports Ray, vLLM or serve_app: its image must not carry them.
+    assert "serve_app" not in copy_sources(REPO_ROOT / "Dockerfile")

@@ -19,6 +19,7 @@ from tests.deploy.k8s_policy import (
     missing_requests_or_limits,
     not_locked_down,
     ray_version_mismatches,
+    unpinned_images,
 )
 from tests.deploy.k8s_render import K8S_DIR, REPO_ROOT, by_kind, one, overlay_names
 
@@ -50,6 +51,11 @@ def test_every_container_has_requests_and_limits(rendered: Rendered, overlay: st
 @pytest.mark.parametrize("overlay", overlay_names())
 def test_every_container_runs_non_root_and_locked_down(rendered: Rendered, overlay: str) -> None:
     assert violations(rendered[overlay], not_locked_down) == []
+
+
+@pytest.mark.parametrize("overlay", overlay_names())
+def test_every_image_has_a_fixed_tag(rendered: Rendered, overlay: str) -> None:
+    assert violations(rendered[overlay], unpinned_images) == []
 
 
 @pytest.mark.parametrize("overlay", overlay_names())
@@ -148,6 +154,10 @@ def test_policy_catches_missing_limits_and_root(rendered: Rendered) -> None:
     container["securityContext"]["runAsUser"] = 0
     container["securityContext"]["readOnlyRootFilesystem"] = False
     assert missing_requests_or_limits(gateway) != []
+    container["image"] = "pd-gateway"
+    assert unpinned_images(gateway) != []
+    container["image"] = "registry.example:5000/pd-gateway:latest"
+    assert unpinned_images(gateway) != []
     assert len(not_locked_down(gateway)) == 2
 
     pd = pd_rayservice(rendered)
