@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -25,6 +26,8 @@ from gateway.middleware import RequestIdMiddleware
 from gateway.proxy.handler import ProxyEndpoint
 from gateway.proxy.parse import Operation
 from gateway.proxy.upstream import AiohttpUpstream
+from gateway.routing.admin import routing_admin_routes
+from gateway.routing.reload import ConfigReloader, reload_on_sighup
 from gateway.state import GatewayState, UpstreamFactory
 from gateway.telemetry.server import ServerSpanMiddleware
 
@@ -37,16 +40,25 @@ _STATUS_ERRORS: dict[int, type[errors.GatewayError]] = {
 
 
 def create_app(
-    config: GatewayConfig, *, upstream_factory: UpstreamFactory = AiohttpUpstream
+    config: GatewayConfig,
+    *,
+    upstream_factory: UpstreamFactory = AiohttpUpstream,
+    config_path: Path | None = None,
 ) -> Starlette:
-    """Build the gateway. ``upstream_factory`` makes the upstream client of each pool."""
+    """Build the gateway. ``upstream_factory`` makes the upstream client of each pool; with
+    ``config_path`` (the file ``config`` came from) SIGHUP and the admin API reload it."""
     state = GatewayState.build(config, upstream_factory)
+    reloader = None if config_path is None else ConfigReloader(state, config_path)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await state.start()
         try:
-            yield
+            if reloader is None:
+                yield
+            else:
+                with reload_on_sighup(reloader):
+                    yield
         finally:
             await state.stop()
 
@@ -58,6 +70,7 @@ def create_app(
         Route("/readyz", Readyz(state), methods=["GET"]),
         Route("/metrics", Metrics(state), methods=["GET"]),
         Route("/openapi.json", OpenAPI(), methods=["GET"]),
+        *routing_admin_routes(state, reloader),
     ]
     app = Starlette(
         routes=routes,

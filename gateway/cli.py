@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from starlette.applications import Starlette
 
@@ -19,9 +20,10 @@ def app_from_env() -> Starlette:
     from gateway.app import create_app
     from gateway.logs import configure_logging
 
-    config = load_config(os.environ[CONFIG_ENV])
+    path = Path(os.environ[CONFIG_ENV])
+    config = load_config(path)
     configure_logging(config.server.log_level)
-    return create_app(config)
+    return create_app(config, config_path=path)
 
 
 def _run(args: argparse.Namespace) -> int:

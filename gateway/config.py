@@ -19,7 +19,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gateway.accounting.config import AccountingConfig
 from gateway.accounting.tokens import TokenizerConfig
+from gateway.limits.config import LimitsConfig
 from gateway.routing.config import (
     BreakerConfig,
     CanaryConfig,
@@ -111,6 +113,9 @@ class GatewayConfig(Strict):
     tokenizer: TokenizerConfig = TokenizerConfig()
     """Counts prompt tokens for admission and routing, unless a model names its own."""
     retries: RetryConfig = RetryConfig()
+    limits: LimitsConfig = LimitsConfig()
+    """Rate limits per key and tenant (gateway/limits/config.py)."""
+    accounting: AccountingConfig = AccountingConfig()
 
     @model_validator(mode="after")
     def _models_name_known_pools(self) -> GatewayConfig:

@@ -32,6 +32,10 @@ class RequestContext:
     """Counted once (gateway/accounting/tokens.py) for admission and routing alike."""
     meter: StreamMeter | None = None
     """What the response carried (usage, token times, finish reasons), once relayed."""
+    response_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    """Headers every response carries, errors included (the rate-limit quotas)."""
+    strip_usage: bool = False
+    """The gateway asked for the stream's usage chunk itself: the relay strips it again."""
     extra: dict[str, object] = field(default_factory=dict)
 
 

@@ -9,6 +9,7 @@ import orjson
 from gateway.asgi import Receive, Scope, Send, send_response
 from gateway.errors import ModelNotFound
 from gateway.openapi import openapi_document
+from gateway.routing.table import publish_pool_state, replica_status
 from gateway.state import GatewayState, ModelRoute
 
 
@@ -53,10 +54,9 @@ class Readyz:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         pools = {
-            name: [{"url": r.url, "healthy": r.healthy, "error": r.last_error} for r in p.replicas]
-            for name, p in self.state.pools.items()
+            name: [replica_status(r) for r in p.replicas] for name, p in self.state.pools.items()
         }
-        unready = sorted(m.name for m in self.state.models.values() if not m.pool.healthy)
+        unready = sorted(m.name for m in self.state.models.values() if not m.router.healthy)
         body = {
             "status": "not ready" if unready else "ready",
             "unready_models": unready,
@@ -76,6 +76,7 @@ class Metrics:
             for r in pool.replicas:
                 metrics.replica_healthy.labels(pool.name, r.url).set(1 if r.healthy else 0)
                 metrics.replica_outstanding.labels(pool.name, r.url).set(r.outstanding)
+        publish_pool_state(self.state.routing.metrics, self.state.pools.values())
         await send_response(send, 200, metrics.render(), metrics.content_type.encode())
 
 

@@ -16,6 +16,7 @@ from gateway.asgi import Message, Receive, Scope, Send
 from gateway.context import SCOPE_KEY, RequestContext
 from gateway.logs import ACCESS_LOGGER
 from gateway.metrics import GatewayMetrics
+from gateway.routing.service import routing_headers
 
 REQUEST_ID_HEADER = b"x-request-id"
 _VALID_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
@@ -48,7 +49,7 @@ class RequestIdMiddleware:
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 ctx.status = message["status"]
-                message["headers"] = [*message.get("headers", ()), id_header]
+                message["headers"] = [*message.get("headers", ()), id_header, *routing_headers(ctx)]
             await send(message)
 
         self.metrics.in_flight.inc()
@@ -83,6 +84,9 @@ class RequestIdMiddleware:
                         else round(ctx.time_to_first_byte * 1000, 3),
                         "error_code": ctx.error_code,
                         "client_disconnected": ctx.client_disconnected or None,
+                        "variant": ctx.variant,
+                        "routing_reason": ctx.routing_reason,
+                        "prompt_tokens": ctx.prompt_tokens,
                     }
                 },
             )

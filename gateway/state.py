@@ -9,8 +9,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from gateway.accounting.stage import Accounting
 from gateway.config import GatewayConfig, PoolConfig
 from gateway.errors import ModelNotFound
+from gateway.limits.admission import RateLimiter
 from gateway.metrics import GatewayMetrics
 from gateway.proxy.upstream import AiohttpUpstream, UpstreamClient
 from gateway.routing.pools import Pool, ProbeFn, check_forever, check_once
@@ -40,6 +42,7 @@ class GatewayState:
     models: dict[str, ModelRoute]
     upstream_factory: UpstreamFactory
     routing: Routing
+    accounting: Accounting
     started_at: int = field(default_factory=lambda: int(time.time()))
     clients: dict[str, UpstreamClient] = field(default_factory=dict)
     _health_tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -52,9 +55,13 @@ class GatewayState:
         pools = {name: Pool(name, pool) for name, pool in config.pools.items()}
         metrics = GatewayMetrics()
         routing = build_routing(config, metrics)
+        limiter = RateLimiter.build(config.limits, metrics.registry)
+        accounting = Accounting(config.accounting, limiter, metrics.registry)
         models = model_routes(config, pools, routing)
         tracing = build_tracing(config.tracing, os.environ)
-        return cls(config, metrics, pools, models, upstream_factory, routing, tracing=tracing)
+        return cls(
+            config, metrics, pools, models, upstream_factory, routing, accounting, tracing=tracing
+        )
 
     def route(self, model: str) -> ModelRoute:
         try:
@@ -65,6 +72,7 @@ class GatewayState:
     async def start(self) -> None:
         """Open one upstream client per pool, check every replica once, then keep checking."""
         await self.open_pools(self.pools.values())
+        await self.accounting.start(None)
 
     async def open_pools(self, pools: Iterable[Pool]) -> None:
         """Open the pools' clients, check their replicas once, then keep checking them (until
@@ -87,6 +95,7 @@ class GatewayState:
         for client in self.clients.values():
             await client.aclose()
         self.clients.clear()
+        await self.accounting.stop()  # after the requests: flushes the ledger
         await asyncio.to_thread(self.tracing.shutdown)  # flush the spans still queued
 
     def _probe_for(self, pool: Pool) -> ProbeFn:

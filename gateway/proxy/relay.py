@@ -26,7 +26,7 @@ async def relay_stream(
             "headers": response.relay_headers(),
         }
     )
-    meter = ctx.meter = StreamMeter()
+    meter = ctx.meter = StreamMeter(strip_usage=ctx.strip_usage)
     first = True
     try:
         async for chunk in response.chunks():

@@ -59,6 +59,8 @@ class Pool:
         self._next = 0  # rotates the starting point so equal loads spread evenly
         self.forward_headers = frozenset(n.encode() for n in config.forward_headers)
         self.in_flight = 0
+        self.retired = False
+        """Set when a config reload replaced or removed the pool; its requests may finish."""
 
     @property
     def healthy(self) -> bool:
@@ -160,10 +162,12 @@ class Pool:
 
 
 async def check_forever(pool: Pool, probe: ProbeFn) -> None:
-    """Probe every replica of ``pool`` every ``health.interval`` seconds, until cancelled."""
-    while True:
+    """Probe every replica of ``pool`` every ``health.interval`` seconds, until cancelled or
+    until a config reload retires the pool."""
+    while not pool.retired:
         await asyncio.sleep(pool.config.health.interval)
-        await check_once(pool, probe)
+        if not pool.retired:
+            await check_once(pool, probe)
 
 
 async def check_once(pool: Pool, probe: ProbeFn) -> None:

@@ -1,0 +1,104 @@
+"""Routing's part of the admin API (admin keys only, like everything under ``/admin/``).
+
+GET  /admin/routing                                      variants, weights, rollbacks, pools
+POST /admin/routing/reload                               re-read the config file (as SIGHUP)
+PUT  /admin/routing/models/{model}/variants/{variant}    {"weight": 10}: also lifts a rollback
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from gateway.config import ConfigError
+from gateway.errors import InvalidJSON, InvalidParameter, InvalidRequest, ModelNotFound
+from gateway.routing.reload import ConfigReloader
+from gateway.routing.router import ModelRouter
+from gateway.routing.table import publish_weights, replica_status
+from gateway.state import GatewayState
+
+
+def routing_admin_routes(state: GatewayState, reloader: ConfigReloader | None) -> list[BaseRoute]:
+    api = RoutingAdmin(state, reloader)
+    return [
+        Route("/admin/routing", api.show, methods=["GET"]),
+        Route("/admin/routing/reload", api.reload, methods=["POST"]),
+        Route("/admin/routing/models/{model}/variants/{variant}", api.set_weight, methods=["PUT"]),
+    ]
+
+
+class RoutingAdmin:
+    def __init__(self, state: GatewayState, reloader: ConfigReloader | None) -> None:
+        self.state = state
+        self.reloader = reloader
+
+    async def show(self, request: Request) -> Response:
+        state = self.state
+        body = {
+            "models": {name: _router_status(m.router) for name, m in state.models.items()},
+            "pools": {
+                name: {
+                    "in_flight": pool.in_flight,
+                    "capacity": pool.config.capacity,
+                    "replicas": [replica_status(r) for r in pool.replicas],
+                }
+                for name, pool in state.pools.items()
+            },
+        }
+        return _json(body)
+
+    async def reload(self, request: Request) -> Response:
+        if self.reloader is None:
+            raise InvalidRequest("This gateway was not started from a config file.")
+        try:
+            config = await self.reloader.reload()
+        except ConfigError as err:
+            raise InvalidRequest(
+                f"The new configuration was refused; the old one keeps serving: {err}",
+                code="invalid_config",
+            ) from None
+        return _json({"status": "reloaded", "models": sorted(config.models)})
+
+    async def set_weight(self, request: Request) -> Response:
+        model = request.path_params["model"]
+        route = self.state.models.get(model)
+        if route is None:
+            raise ModelNotFound(model)
+        weight = _weight_from(await request.body())
+        route.router.set_weight(request.path_params["variant"], weight)
+        publish_weights([route.router], self.state.routing.metrics)
+        return _json(_router_status(route.router))
+
+
+def _weight_from(body: bytes) -> float:
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise InvalidJSON('The body must be JSON: {"weight": N}.') from None
+    weight = payload.get("weight") if isinstance(payload, dict) else None
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
+        raise InvalidParameter("`weight` must be a number of at least 0.", param="weight")
+    return float(weight)
+
+
+def _router_status(router: ModelRouter) -> dict[str, Any]:
+    return {
+        "policy": router.policy.model_dump(),
+        "variants": {
+            v.name: {
+                "weight": v.weight,
+                "configured_weight": v.config.weight,
+                "rolled_back": v.rolled_back,
+                "pools": {role.value: pool.name for role, pool in v.by_role.items()},
+            }
+            for v in router.variants.values()
+        },
+    }
+
+
+def _json(body: dict[str, Any]) -> Response:
+    return Response(orjson.dumps(body), media_type="application/json")
