@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gateway.asgi import Scope
+from gateway.auth.models import Principal
 from gateway.proxy.sse import StreamMeter
 
 SCOPE_KEY = "gateway.context"
@@ -26,6 +27,8 @@ class RequestContext:
     # (variant, reason); ids only, never secrets.
     tenant_id: str | None = None
     key_public_id: str | None = None
+    principal: Principal | None = None
+    """The authenticated key: its tenant, models and limits (None when auth is off)."""
     variant: str | None = None
     routing_reason: str | None = None
     prompt_tokens: int | None = None

@@ -1,0 +1,95 @@
+"""API key format and hashing.
+
+A key reads ``sk-pdg-<public id>-<secret>`` (tenant keys) or ``sk-pdgadmin-<public id>-<secret>``
+(admin keys). The public id names the key in logs, metrics, spans and limits; the secret is shown
+once, at creation, and only its HMAC-SHA256 under a server-side secret is stored, so a copy of the
+database alone neither reveals a key nor lets anyone test guesses offline.
+
+    hasher = KeyHasher(b"server-side secret")
+    key = new_key(KeyKind.TENANT)
+    stored = hasher.hash(key.public_id, key.secret)
+    presented = parse_key(key.token)
+    assert presented and hasher.matches(presented, stored)
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import string
+from dataclasses import dataclass
+from enum import StrEnum
+
+PUBLIC_ID_LENGTH = 12
+SECRET_LENGTH = 40
+# Letters and digits only: the key splits on "-" and survives copy-paste and URL encoding.
+_ALPHABET = string.ascii_lowercase + string.digits
+_SECRET_ALPHABET = string.ascii_letters + string.digits
+_MAX_KEY_LENGTH = 200
+
+
+class KeyKind(StrEnum):
+    TENANT = "pdg"
+    ADMIN = "pdgadmin"
+
+
+@dataclass(frozen=True, slots=True)
+class PresentedKey:
+    """A key split into its parts; says nothing yet about whether it is valid."""
+
+    kind: KeyKind
+    public_id: str
+    secret: str
+
+    @property
+    def token(self) -> str:
+        return f"sk-{self.kind.value}-{self.public_id}-{self.secret}"
+
+    def __repr__(self) -> str:  # never print the secret
+        return f"PresentedKey({self.kind.value}, {self.public_id})"
+
+
+def new_key(kind: KeyKind) -> PresentedKey:
+    public_id = "".join(secrets.choice(_ALPHABET) for _ in range(PUBLIC_ID_LENGTH))
+    return PresentedKey(kind, public_id, new_secret())
+
+
+def new_secret() -> str:
+    return "".join(secrets.choice(_SECRET_ALPHABET) for _ in range(SECRET_LENGTH))
+
+
+def parse_key(token: str) -> PresentedKey | None:
+    """The parts of a well-formed key, or None for anything else."""
+    if len(token) > _MAX_KEY_LENGTH:
+        return None
+    parts = token.split("-")
+    if len(parts) != 4 or parts[0] != "sk":
+        return None
+    _, kind, public_id, secret = parts
+    if kind == KeyKind.TENANT.value:
+        key_kind = KeyKind.TENANT
+    elif kind == KeyKind.ADMIN.value:
+        key_kind = KeyKind.ADMIN
+    else:
+        return None
+    if len(public_id) != PUBLIC_ID_LENGTH or not public_id.isalnum() or not secret.isalnum():
+        return None
+    return PresentedKey(key_kind, public_id, secret)
+
+
+class KeyHasher:
+    """HMAC-SHA256 of ``public id + secret`` under the server's key-hash secret, hex encoded."""
+
+    def __init__(self, server_secret: bytes) -> None:
+        self._server_secret = server_secret
+
+    def hash(self, public_id: str, secret: str) -> str:
+        message = f"{public_id}:{secret}".encode()
+        return hmac.digest(self._server_secret, message, "sha256").hex()
+
+    def matches(self, key: PresentedKey, stored_hash: str) -> bool:
+        """Constant-time comparison with a stored hash."""
+        return hmac.compare_digest(self.hash(key.public_id, key.secret), stored_hash)
+
+    def __repr__(self) -> str:
+        return "KeyHasher(<secret>)"

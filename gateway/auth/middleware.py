@@ -1,0 +1,67 @@
+"""Deny by default: every request needs a key except on the few public paths listed here.
+
+Pure ASGI, installed inside the request-id middleware (it needs the RequestContext). ``/admin/``
+takes admin keys only; every other path takes tenant keys and puts the Principal on the context.
+A refusal is rendered here: exception handlers only see errors raised inside the routes.
+"""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp
+
+from gateway.asgi import Receive, Scope, Send, send_response
+from gateway.auth.authenticator import Authenticator
+from gateway.auth.config import AuthConfig
+from gateway.context import context_of
+from gateway.errors import GatewayError
+
+# The one list of paths served without a key. Liveness, readiness and the API description carry
+# nothing about tenants; /metrics is public unless auth.public_metrics is false.
+ALWAYS_PUBLIC = ("/healthz", "/readyz", "/openapi.json")
+METRICS_PATH = "/metrics"
+ADMIN_PREFIX = "/admin/"
+
+_BEARER = b"bearer "
+
+
+def public_paths(config: AuthConfig) -> frozenset[str]:
+    return frozenset((*ALWAYS_PUBLIC, *((METRICS_PATH,) if config.public_metrics else ())))
+
+
+def presented_token(scope: Scope) -> str | None:
+    """The key from ``Authorization: Bearer <key>`` or, failing that, ``api-key: <key>``."""
+    api_key: bytes | None = None
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            if value[:7].lower() == _BEARER:
+                return value[7:].strip().decode("latin-1")  # type: ignore[no-any-return]
+        elif name == b"api-key":
+            api_key = value
+    return None if api_key is None else api_key.strip().decode("latin-1")
+
+
+class AuthMiddleware:
+    def __init__(self, app: ASGIApp, *, authenticator: Authenticator, public: frozenset[str]):
+        self.app = app
+        self.authenticator = authenticator
+        self.public = public
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.public:
+            await self.app(scope, receive, send)
+            return
+        ctx = context_of(scope)
+        token = presented_token(scope)
+        try:
+            if scope["path"].startswith(ADMIN_PREFIX):
+                ctx.extra["admin_key_id"] = (await self.authenticator.admin(token)).id
+            else:
+                principal = await self.authenticator.tenant(token)
+                ctx.principal = principal
+                ctx.tenant_id = principal.tenant_id
+                ctx.key_public_id = principal.key_id
+        except GatewayError as err:
+            ctx.error_code = err.code
+            await send_response(send, err.status, err.body())
+            return
+        await self.app(scope, receive, send)

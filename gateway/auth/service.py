@@ -1,0 +1,39 @@
+"""Everything authentication needs at run time, built once from the config and the shared store.
+
+auth = AuthService.build(config.auth, config.storage, database)
+await auth.start()   # the last-used flusher
+principal = await auth.authenticator.tenant(token)
+await auth.stop()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.auth.authenticator import Authenticator
+from gateway.auth.config import AuthConfig, resolve_hash_secret
+from gateway.auth.keys import KeyHasher
+from gateway.auth.manage import KeyManager
+from gateway.auth.store import AuthStore
+from gateway.storage import Database, StorageConfig
+
+
+@dataclass(slots=True)
+class AuthService:
+    config: AuthConfig
+    store: AuthStore
+    authenticator: Authenticator
+    manager: KeyManager
+
+    @classmethod
+    def build(cls, auth: AuthConfig, storage: StorageConfig, database: Database) -> AuthService:
+        """Raises HashSecretError when no key-hash secret can be found."""
+        hasher = KeyHasher(resolve_hash_secret(auth, storage))
+        store = AuthStore(database)
+        return cls(auth, store, Authenticator(store, hasher, auth), KeyManager(store, hasher))
+
+    async def start(self) -> None:
+        await self.authenticator.start()
+
+    async def stop(self) -> None:
+        await self.authenticator.stop()
