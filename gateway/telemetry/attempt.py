@@ -1,20 +1,24 @@
-"""The client span of one upstream attempt, its ``prefill``/``decode`` children, and the per-phase
-metrics, all from facts the pipeline already has::
+"""Client spans for the upstream attempts of one request, ``prefill``/``decode`` children for the
+attempt that answered, and the per-phase metrics, all from facts the pipeline already has::
 
-    with UpstreamAttempt(tracing, metrics, ctx, request, replica.url) as attempt:
-        headers = (*own_headers, *attempt.headers)   # W3C traceparent of this attempt
-        ...                                          # send, relay
-        attempt.meter = meter                        # what the relay metered
+    with UpstreamAttempts(tracing, metrics, ctx, request) as attempts:
+        ...                                                     # routing, retries
+        with attempts.sending(replica.url) as trace_headers:    # one client span per attempt
+            response = await client.send(url, [*headers, *trace_headers], body)
+        ...                                                     # relay (fills ctx.meter)
 
-The phase spans are made after the fact with explicit start and end times, so a stream costs no
-span work per chunk. Spans that are not sampled skip all attribute work (``is_recording``); the
-metrics are recorded for every request, sampled or not.
+A failed send ends its attempt's span at once. The attempt that answered stays open until the
+block ends; then the relay's meter (``ctx.meter``) gives its phase spans, made after the fact
+with explicit start and end times so a stream costs no span work per chunk. Spans that are not
+sampled skip all attribute work (``is_recording``); metrics are recorded for every request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from urllib.parse import urlsplit
 
@@ -37,50 +41,36 @@ GEN_AI_OPERATION = {
     Operation.EMBEDDING: "embeddings",
 }
 _CONTENT_FIELDS = ("messages", "prompt", "input")
+TraceHeaders = tuple[tuple[bytes, bytes], ...]
 
 
-class UpstreamAttempt:
-    __slots__ = (
-        "_ctx",
-        "_metrics",
-        "_request",
-        "_sent_at",
-        "_tracing",
-        "_url",
-        "_wall_ns",
-        "headers",
-        "meter",
-        "span",
-    )
+class UpstreamAttempts:
+    __slots__ = ("_answered", "_ctx", "_metrics", "_request", "_tracing")
 
     def __init__(
-        self,
-        tracing: Tracing,
-        metrics: GatewayMetrics,
-        ctx: RequestContext,
-        request: ParsedRequest,
-        url: str,
+        self, tracing: Tracing, metrics: GatewayMetrics, ctx: RequestContext, request: ParsedRequest
     ) -> None:
         self._tracing = tracing
         self._metrics = metrics
         self._ctx = ctx
         self._request = request
-        self._url = url
-        self.meter: StreamMeter | None = None
-        self.headers: tuple[tuple[bytes, bytes], ...] = ()
+        self._answered: _Attempt | None = None
 
-    def __enter__(self) -> UpstreamAttempt:
-        self._wall_ns = time.time_ns()
-        self._sent_at = time.perf_counter()
-        operation = GEN_AI_OPERATION[self._request.operation]
-        self.span = self._tracing.tracer.start_span(
-            f"{operation} {self._request.model}", kind=SpanKind.CLIENT, start_time=self._wall_ns
-        )
-        if self.span.get_span_context().is_valid:  # an unsampled trace still propagates
-            carrier: dict[str, str] = {}
-            self._tracing.propagator.inject(carrier, set_span_in_context(self.span))
-            self.headers = tuple((k.encode(), v.encode()) for k, v in carrier.items())
+    def __enter__(self) -> UpstreamAttempts:
         return self
+
+    @contextmanager
+    def sending(self, url: str) -> Iterator[TraceHeaders]:
+        """One attempt: its client span starts here; yields the ``traceparent`` header to send."""
+        attempt = _Attempt(self._tracing, self._ctx, self._request, url)
+        try:
+            yield attempt.headers
+        except BaseException as exc:
+            attempt.end(exc, time.perf_counter(), None)
+            raise
+        if self._answered is not None:  # answered, yet retried: it ends as superseded
+            self._answered.end(None, time.perf_counter(), None)
+        self._answered = attempt
 
     def __exit__(
         self,
@@ -90,26 +80,56 @@ class UpstreamAttempt:
     ) -> None:
         ended_at = time.perf_counter()
         phases = None
-        if self.meter is not None:
+        meter = self._ctx.meter
+        if meter is not None and self._answered is not None:
             phases = phases_of(
-                self.meter,
+                meter,
                 streamed=self._request.stream,
-                sent_at=self._sent_at,
+                sent_at=self._answered.sent_at,
                 ended_at=ended_at,
             )
             observe_phases(self._metrics, self._ctx, phases)
+        if self._answered is not None:
+            self._answered.end(exc, ended_at, phases)
+
+
+class _Attempt:
+    """The client span of one attempt, named ``{operation} {model}`` (``chat qwen``)."""
+
+    __slots__ = ("_ctx", "_request", "_tracing", "_url", "_wall_ns", "headers", "sent_at", "span")
+
+    def __init__(
+        self, tracing: Tracing, ctx: RequestContext, request: ParsedRequest, url: str
+    ) -> None:
+        self._tracing = tracing
+        self._ctx = ctx
+        self._request = request
+        self._url = url
+        self._wall_ns = time.time_ns()
+        self.sent_at = time.perf_counter()
+        operation = GEN_AI_OPERATION[request.operation]
+        self.span = tracing.tracer.start_span(
+            f"{operation} {request.model}", kind=SpanKind.CLIENT, start_time=self._wall_ns
+        )
+        self.headers: TraceHeaders = ()
+        if self.span.get_span_context().is_valid:  # an unsampled trace still propagates
+            carrier: dict[str, str] = {}
+            tracing.propagator.inject(carrier, set_span_in_context(self.span))
+            self.headers = tuple((k.encode(), v.encode()) for k, v in carrier.items())
+
+    def end(self, exc: BaseException | None, ended_at: float, phases: Phases | None) -> None:
         span = self.span
         if span.is_recording():
-            self._describe(span, exc)
+            self._describe(span, exc, phases is not None)
             if phases is not None:
                 self._phase_spans(span, phases)
         span.end(end_time=self._ns(ended_at))
 
     def _ns(self, perf: float) -> int:
         """A perf_counter reading as the epoch nanoseconds spans use."""
-        return self._wall_ns + int((perf - self._sent_at) * 1e9)
+        return self._wall_ns + int((perf - self.sent_at) * 1e9)
 
-    def _describe(self, span: Span, exc: BaseException | None) -> None:
+    def _describe(self, span: Span, exc: BaseException | None, answered: bool) -> None:
         request, ctx = self._request, self._ctx
         where = urlsplit(self._url)
         span.set_attributes(
@@ -132,9 +152,9 @@ class UpstreamAttempt:
                 span.set_attribute(key, value)
         if self._tracing.config.capture_content:
             span.set_attribute(attr.INPUT_MESSAGES, self._content())
-        if self.meter is not None:
-            _describe_response(span, self.meter)
-        error = _error_type(exc, ctx)
+        if answered and ctx.meter is not None:
+            _describe_response(span, ctx.meter)
+        error = _error_type(exc, ctx) if answered or exc is not None else None
         if error is not None:
             span.set_attribute(attr.ERROR_TYPE, error)
             span.set_status(Status(StatusCode.ERROR, error))
