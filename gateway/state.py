@@ -55,7 +55,7 @@ class GatewayState:
         pools = {name: Pool(name, pool) for name, pool in config.pools.items()}
         metrics = GatewayMetrics()
         routing = build_routing(config, metrics)
-        limiter = RateLimiter.build(config.limits, metrics.registry)
+        limiter = RateLimiter.build(config.limits, metrics)
         accounting = Accounting(config.accounting, limiter, metrics.registry)
         models = model_routes(config, pools, routing)
         tracing = build_tracing(config.tracing, os.environ)

@@ -1,7 +1,7 @@
 """The OpenAI endpoints that proxy to an upstream pool: the pipeline, stage by stage.
 
-parse -> route -> forward -> relay. Later stages (authenticate, admit, settle, record) slot in
-here, in this order, so reading :meth:`ProxyEndpoint.__call__` is reading the product.
+parse -> admit -> route -> forward -> relay -> settle and record (gateway/accounting/stage.py,
+on the way out whatever happened). Reading :meth:`ProxyEndpoint.__call__` is reading the product.
 """
 
 from __future__ import annotations
@@ -38,6 +38,22 @@ class ProxyEndpoint:
         request = parse_request(self.operation, body, server.max_tokens_limit)
         ctx.model, ctx.stream = request.model, request.stream
         route = self.state.route(request.model)
+        accounting, counters = self.state.accounting, self.state.routing.counters
+        reservation = await accounting.admit(ctx, request, counters)
+        request = accounting.ask_for_usage(ctx, request)
+        with accounting.settling(ctx, reservation, counters):  # settle and record, always
+            await self._watched(route, request, scope, receive, send, ctx)
+
+    async def _watched(
+        self,
+        route: ModelRoute,
+        request: ParsedRequest,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        ctx: RequestContext,
+    ) -> None:
+        """The exchange, cancelled at once if the client goes away."""
         watch = DisconnectWatch(receive)
         try:
             await self._exchange(route, request, scope, send, ctx)
