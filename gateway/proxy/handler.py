@@ -19,6 +19,7 @@ from gateway.proxy.relay import relay_stream, relay_whole
 from gateway.proxy.upstream import UpstreamResponse
 from gateway.routing.pools import Pool, Replica
 from gateway.state import GatewayState, ModelRoute
+from gateway.telemetry.attempt import UpstreamAttempts
 
 CLIENT_CLOSED_REQUEST = 499  # nginx's convention, for logs and metrics only
 
@@ -76,14 +77,22 @@ class ProxyEndpoint:
     ) -> None:
         """Route (variant, pool, replica; retries and failover inside), then relay the answer."""
 
+        attempts = UpstreamAttempts(self.state.tracing, self.state.metrics, ctx, request)
+
         async def send_via(pool: Pool, replica: Replica, model: str | None) -> UpstreamResponse:
             headers = _upstream_headers(scope, pool, ctx)
             body = _upstream_body(request, model)
-            return await self.state.clients[pool.name].send(replica.url + self.path, headers, body)
+            client = self.state.clients[pool.name]
+            with attempts.sending(replica.url) as attempt:  # one client span per attempt
+                headers.extend(attempt.headers)  # its W3C traceparent
+                return attempt.answered(await client.send(replica.url + self.path, headers, body))
 
         try:
-            async with self.state.routing.serve(route.router, request, scope, ctx, send_via) as up:
-                await self._relay(up.response, send, ctx)
+            with attempts:  # the answering attempt ends after the relay, with its phase spans
+                async with self.state.routing.serve(
+                    route.router, request, scope, ctx, send_via
+                ) as up:
+                    await self._relay(up.response, send, ctx)
         except GatewayError as err:  # before the response started; mid-stream ones end the stream
             self._count_error(ctx, err)
             raise

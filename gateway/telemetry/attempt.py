@@ -2,10 +2,11 @@
 attempt that answered, and the per-phase metrics, all from facts the pipeline already has::
 
     with UpstreamAttempts(tracing, metrics, ctx, request) as attempts:
-        ...                                                     # routing, retries
-        with attempts.sending(replica.url) as trace_headers:    # one client span per attempt
-            response = await client.send(url, [*headers, *trace_headers], body)
-        ...                                                     # relay (fills ctx.meter)
+        ...                                               # routing, retries
+        with attempts.sending(replica.url) as attempt:    # one client span per attempt
+            headers.extend(attempt.headers)               # W3C traceparent of this attempt
+            return attempt.answered(await client.send(url, headers, body))
+        ...                                               # relay (fills ctx.meter)
 
 A failed send ends its attempt's span at once. The attempt that answered stays open until the
 block ends; then the relay's meter (``ctx.meter``) gives its phase spans, made after the fact
@@ -20,6 +21,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import TracebackType
+from typing import Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import orjson
@@ -44,6 +46,13 @@ _CONTENT_FIELDS = ("messages", "prompt", "input")
 TraceHeaders = tuple[tuple[bytes, bytes], ...]
 
 
+class _Answer(Protocol):
+    status: int
+
+
+AnswerT = TypeVar("AnswerT", bound=_Answer)
+
+
 class UpstreamAttempts:
     __slots__ = ("_answered", "_ctx", "_metrics", "_request", "_tracing")
 
@@ -60,15 +69,15 @@ class UpstreamAttempts:
         return self
 
     @contextmanager
-    def sending(self, url: str) -> Iterator[TraceHeaders]:
-        """One attempt: its client span starts here; yields the ``traceparent`` header to send."""
+    def sending(self, url: str) -> Iterator[_Attempt]:
+        """One attempt: its client span starts here; ``attempt.headers`` carry its traceparent."""
         attempt = _Attempt(self._tracing, self._ctx, self._request, url)
         try:
-            yield attempt.headers
+            yield attempt
         except BaseException as exc:
             attempt.end(exc, time.perf_counter(), None)
             raise
-        if self._answered is not None:  # answered, yet retried: it ends as superseded
+        if self._answered is not None:  # answered (a 5xx), yet retried: it ends here
             self._answered.end(None, time.perf_counter(), None)
         self._answered = attempt
 
@@ -96,7 +105,17 @@ class UpstreamAttempts:
 class _Attempt:
     """The client span of one attempt, named ``{operation} {model}`` (``chat qwen``)."""
 
-    __slots__ = ("_ctx", "_request", "_tracing", "_url", "_wall_ns", "headers", "sent_at", "span")
+    __slots__ = (
+        "_ctx",
+        "_request",
+        "_tracing",
+        "_url",
+        "_wall_ns",
+        "headers",
+        "sent_at",
+        "span",
+        "status",
+    )
 
     def __init__(
         self, tracing: Tracing, ctx: RequestContext, request: ParsedRequest, url: str
@@ -112,10 +131,16 @@ class _Attempt:
             f"{operation} {request.model}", kind=SpanKind.CLIENT, start_time=self._wall_ns
         )
         self.headers: TraceHeaders = ()
+        self.status = 0
         if self.span.get_span_context().is_valid:  # an unsampled trace still propagates
             carrier: dict[str, str] = {}
             tracing.propagator.inject(carrier, set_span_in_context(self.span))
             self.headers = tuple((k.encode(), v.encode()) for k, v in carrier.items())
+
+    def answered(self, response: AnswerT) -> AnswerT:
+        """Note the upstream's status; returns the response unchanged."""
+        self.status = response.status
+        return response
 
     def end(self, exc: BaseException | None, ended_at: float, phases: Phases | None) -> None:
         span = self.span
@@ -154,7 +179,9 @@ class _Attempt:
             span.set_attribute(attr.INPUT_MESSAGES, self._content())
         if answered and ctx.meter is not None:
             _describe_response(span, ctx.meter)
-        error = _error_type(exc, ctx) if answered or exc is not None else None
+        if self.status:
+            span.set_attribute(attr.HTTP_STATUS, self.status)
+        error = _error_type(exc, ctx if answered else None, self.status)
         if error is not None:
             span.set_attribute(attr.ERROR_TYPE, error)
             span.set_status(Status(StatusCode.ERROR, error))
@@ -221,18 +248,21 @@ def _describe_response(span: Span, meter: StreamMeter) -> None:
             span.set_attribute(key, value)
 
 
-def _error_type(exc: BaseException | None, ctx: RequestContext) -> str | None:
-    """Low-cardinality: the gateway's error code, ``cancelled``, or the upstream's status."""
+def _error_type(exc: BaseException | None, ctx: RequestContext | None, status: int) -> str | None:
+    """Low-cardinality: the gateway's error code, ``cancelled``, or the upstream's status.
+
+    ``ctx`` is given for the attempt that answered the client: its relay's failures count too.
+    """
     if isinstance(exc, GatewayError):
         return exc.code or type(exc).__name__
     if isinstance(exc, asyncio.CancelledError):
         return "cancelled"
     if exc is not None:
         return type(exc).__qualname__
-    if ctx.error_code is not None:  # a failure after the stream started
+    if ctx is not None and ctx.error_code is not None:  # a failure after the stream started
         return ctx.error_code
-    if ctx.status >= 400:
-        return str(ctx.status)
+    if status >= 400:
+        return str(status)
     return None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import orjson
 import pytest
@@ -58,7 +59,7 @@ def test_stream_gives_client_span_with_prefill_and_decode_children(
     before = time.perf_counter()
     with (
         UpstreamAttempts(tracing, metrics, ctx, chat(max_tokens=64)) as attempts,
-        attempts.sending(URL) as headers,
+        attempts.sending(URL) as attempt,
     ):
         pass
         time.sleep(0.06)  # the meter's tokens came 30-40 ms after sending
@@ -98,7 +99,7 @@ def test_stream_gives_client_span_with_prefill_and_decode_children(
     assert prefill.attributes["gen_ai.usage.input_tokens"] == 300
 
     # The traceparent sent upstream names this attempt's span.
-    traceparent = dict(headers)[b"traceparent"].decode()
+    traceparent = dict(attempt.headers)[b"traceparent"].decode()
     span_context = client.context
     version, trace_id, span_id, flags = traceparent.split("-")
     assert (version, trace_id, span_id) == (
@@ -187,11 +188,11 @@ def test_disabled_tracing_records_metrics_and_sends_no_traceparent() -> None:
     before = time.perf_counter()
     with (
         UpstreamAttempts(tracing, metrics, ctx, chat()) as attempts,
-        attempts.sending(URL) as headers,
+        attempts.sending(URL) as attempt,
     ):
         pass
         ctx.meter = streamed_meter(StepClock(), first_at=before, gap=0.0, tokens=2)
-    assert headers == ()
+    assert attempt.headers == ()
     labels = {"model": "m", "pool": "pd", "prompt_length": "256-1k"}
     assert sample(metrics, "gen_ai_server_time_to_first_token_seconds_count", **labels) == 1
 
@@ -204,12 +205,12 @@ def test_an_incoming_trace_is_still_propagated_when_tracing_is_disabled() -> Non
     try:
         with (
             UpstreamAttempts(tracing, GatewayMetrics(), context(), chat()) as attempts,
-            attempts.sending(URL) as headers,
+            attempts.sending(URL) as attempt,
         ):
             pass
     finally:
         otel_context.detach(token)
-    assert dict(headers)[b"traceparent"] == incoming.encode()
+    assert dict(attempt.headers)[b"traceparent"] == incoming.encode()
 
 
 def test_unsampled_requests_export_nothing_but_propagate_the_decision(
@@ -222,9 +223,29 @@ def test_unsampled_requests_export_nothing_but_propagate_the_decision(
     )
     with (
         UpstreamAttempts(tracing, GatewayMetrics(), context(), chat()) as attempts,
-        attempts.sending(URL) as headers,
+        attempts.sending(URL) as attempt,
     ):
         pass
     assert exporter.get_finished_spans() == ()
-    flags = dict(headers)[b"traceparent"].decode().rsplit("-", 1)[1]
+    flags = dict(attempt.headers)[b"traceparent"].decode().rsplit("-", 1)[1]
     assert not int(flags, 16) & 1  # not sampled: the upstream will not record it either
+
+
+@dataclass
+class Answer:
+    status: int
+
+
+def test_an_answered_5xx_that_is_retried_ends_with_its_status(
+    tracing: Tracing, exporter: InMemorySpanExporter
+) -> None:
+    with UpstreamAttempts(tracing, GatewayMetrics(), context(), chat()) as attempts:
+        with attempts.sending("http://10.0.0.1:1") as attempt:
+            assert attempt.answered(Answer(503)).status == 503
+        with attempts.sending("http://10.0.0.2:2") as attempt:
+            attempt.answered(Answer(200))
+    retried, answered = exporter.get_finished_spans()
+    assert retried.attributes["error.type"] == "503"
+    assert retried.attributes["http.response.status_code"] == 503
+    assert answered.attributes["http.response.status_code"] == 200
+    assert "error.type" not in answered.attributes
