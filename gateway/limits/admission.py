@@ -4,8 +4,9 @@ A request reserves its counted prompt tokens plus its ``max_tokens`` (or the con
 against its key and its tenant, both or neither. After the response the reservation is settled to
 the upstream's usage; a failure before any output refunds it::
 
-    limiter = RateLimiter.build(config.limits, metrics.registry)
-    reservation = await limiter.admit("req-1", principal, prompt_tokens=900, max_tokens=100,
+    limiter = RateLimiter.build(config.limits, gateway_metrics)
+    subjects = limiter.subjects(principal)                 # () when nothing limits the caller
+    reservation = await limiter.admit("req-1", subjects, prompt_tokens=900, max_tokens=100,
                                       headers=ctx.response_headers)   # or raises RateLimited
     ...
     limiter.settle(reservation, used_tokens=950)                       # never blocks or raises
@@ -17,7 +18,6 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
 from gateway.errors import LimiterUnavailable
@@ -27,6 +27,7 @@ from gateway.limits.memory import MemoryLimiter
 from gateway.limits.metrics import LimitMetrics
 from gateway.limits.redis_backend import RedisLimiter
 from gateway.limits.types import BackendUnavailable, LimiterBackend, Subject, Ticket
+from gateway.metrics import GatewayMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -80,20 +81,21 @@ class RateLimiter:
         self._values: dict[BaseModel, LimitValues] = {}
 
     @classmethod
-    def build(cls, config: LimitsConfig, registry: CollectorRegistry) -> RateLimiter:
-        return cls(config, build_backend(config), LimitMetrics(registry))
+    def build(cls, config: LimitsConfig, metrics: GatewayMetrics) -> RateLimiter:
+        limit_metrics = LimitMetrics(metrics.registry, metrics.rate_limit_refusals)
+        return cls(config, build_backend(config), limit_metrics)
 
     async def admit(
         self,
         request_id: str,
-        identity: Identity | None,
+        subjects: tuple[Subject, ...],
         prompt_tokens: int,
         max_tokens: int | None,
         headers: list[Header],
     ) -> Reservation:
-        """Reserve, adding the quota headers to ``headers``; raises the 429 or the policy's 503."""
+        """Reserve for ``subjects`` (see :meth:`subjects`), adding the quota headers to
+        ``headers``; raises the 429, or the policy's 503."""
         tokens = prompt_tokens + (max_tokens or self.config.default_max_tokens)
-        subjects = self._subjects(identity) if self.config.enabled else ()
         if not subjects:
             return Reservation(None, tokens)
         try:
@@ -103,11 +105,13 @@ class RateLimiter:
             return Reservation(None, tokens)
         self._reached()
         headers += quota_headers(decision)
-        if decision.refusal is not None:
-            self.metrics.refused.labels(
-                decision.refusal.subject.scope, decision.refusal.limit_name
+        refusal = decision.refusal
+        if refusal is not None:
+            tenant = next((s.id for s in subjects if s.scope == "tenant"), "")
+            self.metrics.refusals.labels(
+                tenant, f"{refusal.subject.scope} {refusal.limit_name}"
             ).inc()
-            raise refusal_error(decision.refusal)
+            raise refusal_error(refusal)
         return Reservation(decision.ticket, tokens)
 
     def settle(self, reservation: Reservation, used_tokens: int) -> None:
@@ -115,7 +119,10 @@ class RateLimiter:
         if reservation.ticket is not None:
             self.backend.settle(reservation.ticket, used_tokens)
 
-    def _subjects(self, identity: Identity | None) -> tuple[Subject, ...]:
+    def subjects(self, identity: Identity | None) -> tuple[Subject, ...]:
+        """Who this request is limited as: its key and its tenant, those with any limit."""
+        if not self.config.enabled:
+            return ()
         defaults = self.config.defaults
         if identity is None:
             anonymous = Subject("key", ANONYMOUS, defaults)

@@ -6,13 +6,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 
 class LimitMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.refused = Counter(
-            "gateway_rate_limited",
-            "Requests refused by a rate limit",
-            ["scope", "limit"],
-            registry=registry,
-        )
+    """``refusals`` is the gateway's ``gateway_rate_limit_refusals`` (labels tenant, limit)."""
+
+    def __init__(self, registry: CollectorRegistry, refusals: Counter) -> None:
+        self.refusals = refusals
         self.backend_up = Gauge(
             "gateway_rate_limiter_backend_up",
             "1 while the rate limiter's store answers, 0 while it does not",

@@ -1,0 +1,18 @@
+"""The ``accounting`` section: the usage ledger's batching."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class AccountingConfig(BaseModel):
+    """``ledger: false`` keeps no usage rows (the counters and metrics still run)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ledger: bool = True
+    ledger_batch_size: int = Field(500, ge=1)
+    ledger_interval: float = Field(0.5, gt=0)
+    """Seconds between batch writes: a row reaches the store within about this long."""
+    ledger_close_timeout: float = Field(20.0, ge=0)
+    """At shutdown, how long to keep retrying a failing store before giving rows up."""
