@@ -20,6 +20,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway import errors
+from gateway.admin.api import admin_routes
+from gateway.auth.middleware import auth_middleware
 from gateway.config import GatewayConfig
 from gateway.endpoints import Healthz, ListModels, Metrics, OpenAPI, Readyz, RetrieveModel
 from gateway.middleware import RequestIdMiddleware
@@ -71,6 +73,7 @@ def create_app(
         Route("/metrics", Metrics(state), methods=["GET"]),
         Route("/openapi.json", OpenAPI(), methods=["GET"]),
         *routing_admin_routes(state, reloader),
+        *admin_routes(state.auth),
     ]
     app = Starlette(
         routes=routes,
@@ -83,6 +86,7 @@ def create_app(
                 tracing=state.tracing,
                 traced_paths=["/v1/" + op.value for op in Operation],
             ),
+            *auth_middleware(state.auth),  # deny by default; inside the span and access log
         ],
         exception_handlers={
             errors.GatewayError: _render_gateway_error,

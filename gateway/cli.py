@@ -81,6 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check-config", help="validate a config file and say what is wrong")
     check.add_argument("config")
     check.set_defaults(handler=_check_config)
+
+    from gateway.admin.cli import add_commands  # tenants, keys, admin-keys, db
+
+    add_commands(commands)
     return parser
 
 

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gateway.accounting.config import AccountingConfig
 from gateway.accounting.tokens import TokenizerConfig
+from gateway.auth.config import AuthConfig
 from gateway.limits.config import LimitsConfig
 from gateway.routing.config import (
     BreakerConfig,
@@ -30,6 +31,7 @@ from gateway.routing.config import (
     VariantConfig,
     model_pool_errors,
 )
+from gateway.storage.config import StorageConfig
 from gateway.telemetry.config import TracingConfig
 
 
@@ -116,6 +118,10 @@ class GatewayConfig(Strict):
     limits: LimitsConfig = LimitsConfig()
     """Rate limits per key and tenant (gateway/limits/config.py)."""
     accounting: AccountingConfig = AccountingConfig()
+    storage: StorageConfig = StorageConfig()
+    """The shared store of keys and usage (gateway/storage/config.py)."""
+    auth: AuthConfig = AuthConfig()
+    """API keys, the cache bound, the admin API (gateway/auth/config.py)."""
 
     @model_validator(mode="after")
     def _models_name_known_pools(self) -> GatewayConfig:

@@ -7,6 +7,8 @@ from typing import Any
 import orjson
 
 from gateway.asgi import Receive, Scope, Send, send_response
+from gateway.auth.access import may_see
+from gateway.context import context_of
 from gateway.errors import ModelNotFound
 from gateway.openapi import openapi_document
 from gateway.routing.table import publish_pool_state, replica_status
@@ -22,8 +24,12 @@ class ListModels:
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        created = self.state.started_at
-        data = [_model_entry(r, created) for r in self.state.models.values()]
+        created, principal = self.state.started_at, context_of(scope).principal
+        data = [
+            _model_entry(r, created)
+            for r in self.state.models.values()
+            if may_see(principal, r.name)
+        ]
         await send_response(send, 200, orjson.dumps({"object": "list", "data": data}))
 
 
@@ -34,7 +40,7 @@ class RetrieveModel:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         name = scope["path_params"]["model"]
         route = self.state.models.get(name)
-        if route is None:
+        if route is None or not may_see(context_of(scope).principal, name):
             raise ModelNotFound(name)
         await send_response(send, 200, orjson.dumps(_model_entry(route, self.state.started_at)))
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gateway.accounting.stage import Accounting
+from gateway.auth.service import AuthService, build_auth
 from gateway.config import GatewayConfig, PoolConfig
 from gateway.errors import ModelNotFound
 from gateway.limits.admission import RateLimiter
@@ -19,6 +20,8 @@ from gateway.routing.pools import Pool, ProbeFn, check_forever, check_once
 from gateway.routing.router import ModelRouter
 from gateway.routing.service import Routing
 from gateway.routing.table import build_routers, build_routing
+from gateway.storage import Database
+from gateway.storage.registry import all_migrations
 from gateway.telemetry import Tracing, TracingConfig, build_tracing
 
 UpstreamFactory = Callable[[PoolConfig], UpstreamClient]
@@ -43,6 +46,9 @@ class GatewayState:
     upstream_factory: UpstreamFactory
     routing: Routing
     accounting: Accounting
+    database: Database
+    auth: AuthService | None
+    """None when ``auth.enabled`` is false: no keys asked, every model visible."""
     started_at: int = field(default_factory=lambda: int(time.time()))
     clients: dict[str, UpstreamClient] = field(default_factory=dict)
     _health_tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -59,8 +65,19 @@ class GatewayState:
         accounting = Accounting(config.accounting, limiter, metrics.registry)
         models = model_routes(config, pools, routing)
         tracing = build_tracing(config.tracing, os.environ)
+        database = Database.open(config.storage)
+        auth = build_auth(config.auth, config.storage, database)
         return cls(
-            config, metrics, pools, models, upstream_factory, routing, accounting, tracing=tracing
+            config,
+            metrics,
+            pools,
+            models,
+            upstream_factory,
+            routing,
+            accounting,
+            database,
+            auth,
+            tracing=tracing,
         )
 
     def route(self, model: str) -> ModelRoute:
@@ -71,8 +88,12 @@ class GatewayState:
 
     async def start(self) -> None:
         """Open one upstream client per pool, check every replica once, then keep checking."""
+        if self.config.storage.migrate_on_start:
+            await self.database.migrate(all_migrations())
+        if self.auth is not None:
+            await self.auth.start()
         await self.open_pools(self.pools.values())
-        await self.accounting.start(None)
+        await self.accounting.start(self.database)
 
     async def open_pools(self, pools: Iterable[Pool]) -> None:
         """Open the pools' clients, check their replicas once, then keep checking them (until
@@ -96,6 +117,9 @@ class GatewayState:
             await client.aclose()
         self.clients.clear()
         await self.accounting.stop()  # after the requests: flushes the ledger
+        if self.auth is not None:
+            await self.auth.stop()  # flushes the keys' last-used times
+        await self.database.close()  # last: the ledger and auth flush into it
         await asyncio.to_thread(self.tracing.shutdown)  # flush the spans still queued
 
     def _probe_for(self, pool: Pool) -> ProbeFn:

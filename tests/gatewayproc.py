@@ -74,6 +74,9 @@ def start_gateway(
     """Run ``pd-gateway run`` on a free loopback port until the block ends."""
     port = free_port()
     config = {**config, "server": {**config.get("server", {}), "host": "127.0.0.1", "port": port}}
+    # The store in the test's folder, and no keys asked unless the test is about them.
+    config.setdefault("storage", {"url": f"sqlite:///{tmp_path}/gateway.db"})
+    config.setdefault("auth", {"enabled": False})
     cfg_path = write_config(tmp_path / f"gateway-{port}.yaml", config)
     log_path = tmp_path / f"gateway-{port}.log"
     with log_path.open("wb") as log:

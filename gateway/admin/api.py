@@ -35,7 +35,10 @@ SpecT = TypeVar("SpecT", bound=BaseModel)
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-def admin_routes(auth: AuthService) -> list[BaseRoute]:
+def admin_routes(auth: AuthService | None) -> list[BaseRoute]:
+    """The /admin/ tenant and key routes (none when authentication or the admin API is off)."""
+    if auth is None or not auth.config.admin_api:
+        return []
     api = AdminApi(auth)
     table: list[tuple[str, str, Endpoint]] = [
         ("GET", "/tenants", api.list_tenants),

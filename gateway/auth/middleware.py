@@ -7,11 +7,13 @@ A refusal is rendered here: exception handlers only see errors raised inside the
 
 from __future__ import annotations
 
+from starlette.middleware import Middleware
 from starlette.types import ASGIApp
 
 from gateway.asgi import Receive, Scope, Send, send_response
 from gateway.auth.authenticator import Authenticator
 from gateway.auth.config import AuthConfig
+from gateway.auth.service import AuthService
 from gateway.context import context_of
 from gateway.errors import GatewayError
 
@@ -22,6 +24,17 @@ METRICS_PATH = "/metrics"
 ADMIN_PREFIX = "/admin/"
 
 _BEARER = b"bearer "
+
+
+def auth_middleware(auth: AuthService | None) -> list[Middleware]:
+    """The middleware to install (none when authentication is off)."""
+    if auth is None:
+        return []
+    return [
+        Middleware(
+            AuthMiddleware, authenticator=auth.authenticator, public=public_paths(auth.config)
+        )
+    ]
 
 
 def public_paths(config: AuthConfig) -> frozenset[str]:

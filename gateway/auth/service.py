@@ -37,3 +37,8 @@ class AuthService:
 
     async def stop(self) -> None:
         await self.authenticator.stop()
+
+
+def build_auth(auth: AuthConfig, storage: StorageConfig, database: Database) -> AuthService | None:
+    """The service, or None when ``auth.enabled`` is false (no keys asked, every model visible)."""
+    return AuthService.build(auth, storage, database) if auth.enabled else None

@@ -11,6 +11,7 @@ import asyncio
 import orjson
 
 from gateway.asgi import Receive, Scope, Send
+from gateway.auth.access import check_model
 from gateway.context import RequestContext, context_of
 from gateway.errors import GatewayError
 from gateway.proxy.disconnect import DisconnectWatch
@@ -38,6 +39,7 @@ class ProxyEndpoint:
         body = await read_body(scope, receive, server.max_body_bytes)
         request = parse_request(self.operation, body, server.max_tokens_limit)
         ctx.model, ctx.stream = request.model, request.stream
+        check_model(ctx.principal, request.model)  # one the key may not use: as if absent
         route = self.state.route(request.model)
         accounting, counters = self.state.accounting, self.state.routing.counters
         reservation = await accounting.admit(ctx, request, counters)
