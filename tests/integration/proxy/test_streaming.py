@@ -131,3 +131,21 @@ def _wait_settled(sim: SimProcess, request_id: str, timeout: float = 5) -> dict[
                 return record
         time.sleep(0.01)
     raise AssertionError(f"{request_id} never settled: {sim.requests()}")
+
+
+def test_total_deadline_ends_a_slow_but_steady_stream(sim: SimProcess, tmp_path: Path) -> None:
+    config = gateway_config(sim.url, timeouts={"idle": 5, "total": 0.5})
+    with (
+        start_gateway(config, tmp_path) as gateway,
+        httpx.Client(timeout=10) as client,
+        client.stream(
+            "POST",
+            gateway.base_url + "/chat/completions",
+            json={**CHAT, "max_tokens": 40},
+            headers={"x-sim-itl-ms": "50", "x-sim-ttft-ms": "0"},
+        ) as response,
+    ):
+        events = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+    error = json.loads(events[-1])["error"]
+    assert error["code"] == "timeout" and "0.5s" in error["message"]
+    assert 5 < len(events) < 20  # some tokens made it before the deadline
