@@ -61,30 +61,36 @@ def patch_text(overlay: str, rayservice: str, serve_config: str) -> str:
     )
 
 
-def expected_patches() -> dict[Path, str]:
+def expected_patches(overlays_dir: Path = OVERLAYS_DIR) -> dict[Path, str]:
     patches = {}
     for overlay in SERVING_CONFIGS:
         cfg = load(overlay)
         for rayservice, pool in RAYSERVICE_POOLS.items():
-            path = OVERLAYS_DIR / overlay / f"serve-config-{rayservice}.yaml"
+            path = overlays_dir / overlay / f"serve-config-{rayservice}.yaml"
             patches[path] = patch_text(overlay, rayservice, serve_config_v2(cfg, pool))
     return patches
+
+
+def sync_patches(overlays_dir: Path = OVERLAYS_DIR, write: bool = True) -> list[Path]:
+    """The patches that were missing or stale (and, with ``write``, are now rewritten)."""
+    stale = []
+    for path, text in expected_patches(overlays_dir).items():
+        if path.exists() and path.read_text() == text:
+            continue
+        stale.append(path)
+        if write:
+            path.write_text(text)
+    return stale
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="fail on a stale patch, write none")
     args = parser.parse_args(argv)
-    stale = []
-    for path, text in expected_patches().items():
-        if path.exists() and path.read_text() == text:
-            continue
-        stale.append(path.relative_to(REPO_ROOT))
-        if not args.check:
-            path.write_text(text)
+    stale = sync_patches(write=not args.check)
     verb = "stale (run python k8s/render_serve_configs.py)" if args.check else "written"
     for path in stale:
-        print(f"{path}: {verb}")
+        print(f"{path.relative_to(REPO_ROOT)}: {verb}")
     return 1 if args.check and stale else 0
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -53,7 +56,31 @@ def test_each_rayservice_runs_only_its_own_pool(rendered: Rendered) -> None:
 
 
 def test_generated_patches_are_up_to_date() -> None:
-    assert generator().main(["--check"]) == 0
+    # As CI or a developer runs it: a separate process, from the repository root.
+    script = K8S_DIR / "render_serve_configs.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--check"],
+        cwd=K8S_DIR.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_stale_patch_is_reported_then_rewritten(tmp_path: Path) -> None:
+    gen = generator()
+    for overlay in gen.SERVING_CONFIGS:
+        (tmp_path / overlay).mkdir()
+    missing = gen.sync_patches(tmp_path, write=False)
+    assert len(missing) == 2 * len(gen.SERVING_CONFIGS)
+    assert not any(tmp_path.rglob("*.yaml"))
+    assert gen.sync_patches(tmp_path) == missing
+    assert gen.sync_patches(tmp_path, write=False) == []
+    edited = missing[0]
+    edited.write_text(edited.read_text().replace("num_replicas: 1", "num_replicas: 3", 1))
+    assert gen.sync_patches(tmp_path, write=False) == [edited]
 
 
 def ray_attr(module: str, name: str) -> Any:
