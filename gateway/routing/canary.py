@@ -87,6 +87,7 @@ def rollback_reason(
     min_requests: int,
     error_rate_margin: float,
     ttft_p95_margin: float,
+    ttft_p95_min_delta: float = 0.0,
 ) -> str | None:
     """Why the candidate variant must be rolled back, or None while it is no worse than allowed.
 
@@ -106,6 +107,7 @@ def rollback_reason(
         and candidate.ttft_p95 is not None
         and baseline.ttft_p95 is not None
         and candidate.ttft_p95 > baseline.ttft_p95 * (1 + ttft_p95_margin)
+        and candidate.ttft_p95 - baseline.ttft_p95 >= ttft_p95_min_delta
     ):
         return (
             f"p95 TTFT {candidate.ttft_p95:.3f}s > baseline {baseline.ttft_p95:.3f}s "

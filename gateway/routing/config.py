@@ -79,7 +79,9 @@ class CanaryConfig(_Strict):
     """Roll back when the variant's error rate exceeds the baseline's by more than this."""
     ttft_p95_margin: float = Field(0.5, ge=0)
     """Roll back when the variant's p95 time to first token exceeds the baseline's by more than
-    this fraction (0.5: 50% slower)."""
+    this fraction (0.5: 50% slower)..."""
+    ttft_p95_min_delta_seconds: float = Field(0.05, ge=0)
+    """...and by at least this many seconds: at millisecond latencies, noise alone is 50%."""
 
 
 class BreakerConfig(_Strict):

@@ -195,6 +195,7 @@ class ModelRouter:
                 min_requests=canary.min_requests,
                 error_rate_margin=canary.error_rate_margin,
                 ttft_p95_margin=canary.ttft_p95_margin,
+                ttft_p95_min_delta=canary.ttft_p95_min_delta_seconds,
             )
             if reason is not None:
                 self._roll_back(variant, reason)

@@ -74,3 +74,10 @@ def test_failing_canary_judged_even_without_baseline_traffic() -> None:
     quiet = WindowSummary(0, 0.0, None)
     assert rollback_reason(WindowSummary(25, 1.0, None), quiet, **RULES) is not None
     assert rollback_reason(WindowSummary(25, 0.0, 9.0), quiet, **RULES) is None
+
+
+def test_millisecond_noise_is_not_a_slow_canary() -> None:
+    fast = WindowSummary(100, 0.0, 0.001)
+    noisy = WindowSummary(30, 0.0, 0.004)  # 4x slower, but by 3 ms
+    assert rollback_reason(noisy, fast, **RULES) is not None
+    assert rollback_reason(noisy, fast, **RULES, ttft_p95_min_delta=0.05) is None
