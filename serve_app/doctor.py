@@ -73,10 +73,13 @@ def backends_instantiated(paths: list[Path]) -> list[str]:
 def kv_evidence(decode_logs: list[Path], completion_id: str) -> KVEvidence:
     """Decode's evidence for the request whose response carried ``completion_id``."""
     evidence = KVEvidence()
-    marker = completion_id + "-"  # vLLM appends a suffix of its own to the request id
+    # vLLM's engine request id is the completion id, the prompt's index for text completions
+    # (``cmpl-<id>-0``), then a suffix of 8 hex digits; anchoring on all of it keeps one id from
+    # matching another that merely starts with it.
+    this_request = re.compile(re.escape(completion_id) + r"(?:-\d+)?-[0-9a-f]{8}(?![0-9A-Za-z-])")
     for path in decode_logs:
         for line in path.read_text(errors="replace").splitlines():
-            if marker not in line:
+            if not this_request.search(line):
                 continue
             external = _EXTERNAL.search(line)
             if external and "'do_remote_prefill': True" in external[2]:

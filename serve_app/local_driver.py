@@ -61,6 +61,8 @@ def run(serve_config: Path, ready_file: Path) -> None:
             _node_ip_address="127.0.0.1",
             num_cpus=LOCAL_NUM_CPUS,
             include_dashboard=False,
+            # The replicas' logs stay in the session folder; copying them here costs CPU.
+            log_to_driver=False,
         )
         _deploy(document)
         ready = {
