@@ -28,7 +28,7 @@ from gateway.accounting.tokens import TokenCounter
 from gateway.accounting.usage import Usage, client_wants_usage, measured_usage, usage_requested
 from gateway.context import RequestContext
 from gateway.errors import GatewayError
-from gateway.limits.admission import Identity, RateLimiter, Reservation
+from gateway.limits.admission import RateLimiter, Reservation
 from gateway.proxy.parse import Operation, ParsedRequest
 from gateway.storage.database import Database
 
@@ -78,10 +78,8 @@ class Accounting:
     async def admit(
         self, ctx: RequestContext, request: ParsedRequest, counters: Mapping[str, TokenCounter]
     ) -> Reservation:
-        # The authentication stage (issue 4) sets ``ctx.principal``; without it (authentication
-        # off) every caller shares the default limits.
-        identity: Identity | None = getattr(ctx, "principal", None)
-        subjects = self.limiter.subjects(identity)
+        # Without a principal (authentication off) every caller shares the default limits.
+        subjects = self.limiter.subjects(ctx.principal)
         if not subjects:  # nothing limits this caller: not even the tokens need counting
             return Reservation(None, 0)
         prompt = ctx.prompt_tokens
