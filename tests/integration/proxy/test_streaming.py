@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -33,9 +34,10 @@ def test_chunks_arrive_spaced_as_the_upstream_sends_them(gateway: GatewayProcess
                 arrivals.append(time.perf_counter())
     gaps = [b - a for a, b in itertools.pairwise(arrivals)]
     assert len(gaps) == 7
-    # Buffering would deliver everything in one burst at the end (gaps near zero).
-    assert min(gaps) > 0.030, gaps
-    assert sum(gaps) / len(gaps) == pytest.approx(0.050, abs=0.02)
+    # Buffering would deliver everything in one burst at the end (every gap near zero). On a
+    # loaded machine one late chunk shortens the next gap, so judge the median and the spread.
+    assert statistics.median(gaps) > 0.035, gaps
+    assert arrivals[-1] - arrivals[0] > 0.25, gaps
 
 
 def test_client_disconnect_cancels_the_upstream_request(
