@@ -2,7 +2,7 @@
 
     reservation = await accounting.admit(ctx, request, counters)      # stage 3, or 429
     request = accounting.ask_for_usage(ctx, request)
-    with accounting.settling(ctx, reservation, counters):             # stages 7-8, always
+    with accounting.settling(ctx, request, reservation, counters):    # stages 7-8, always
         await exchange()
 
 ``settling`` is a plain (synchronous) context manager on purpose: its exit cannot be cancelled,
@@ -106,6 +106,7 @@ class Accounting:
     def settling(
         self,
         ctx: RequestContext,
+        request: ParsedRequest,
         reservation: Reservation,
         counters: Mapping[str, TokenCounter],
     ) -> Iterator[None]:
@@ -117,8 +118,10 @@ class Accounting:
             status = _status_of(exc)
             raise
         finally:
-            counter = counters.get(ctx.model or "")
-            usage = measured_usage(ctx.meter, ctx.prompt_tokens or 0, counter)
+            counter = counters.get(request.model)
+            usage = measured_usage(
+                ctx.meter, lambda: _prompt_tokens(ctx, request, counter), counter
+            )
             self.limiter.settle(reservation, usage.total)
             self._record(ctx, usage, status)
 
@@ -149,6 +152,15 @@ class Accounting:
                 partial=usage.partial,
             )
         )
+
+
+def _prompt_tokens(
+    ctx: RequestContext, request: ParsedRequest, counter: TokenCounter | None
+) -> int:
+    """Counted already for admission or routing, or now (a cut stream with limits off)."""
+    if ctx.prompt_tokens is None and counter is not None:
+        ctx.prompt_tokens = counter.count_request(request.operation, request.payload)
+    return ctx.prompt_tokens or 0
 
 
 def _status_of(exc: BaseException) -> int:

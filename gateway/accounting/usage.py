@@ -9,7 +9,7 @@ tokenizer, and marked partial. A failure before any output is refunded (nothing 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +47,7 @@ def usage_requested(payload: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def measured_usage(
-    meter: StreamMeter | None, prompt_tokens: int, counter: TokenCounter | None
+    meter: StreamMeter | None, prompt_tokens: Callable[[], int], counter: TokenCounter | None
 ) -> Usage:
     """The usage to settle and record for one finished (or abandoned) request."""
     reported = None if meter is None else meter.usage
@@ -57,7 +57,7 @@ def measured_usage(
         return Usage(0, 0, 0, partial=meter is not None and not meter.done)
     text = "".join(meter.output_parts)
     output = counter.count_text(text) if counter is not None and text else meter.content_events
-    return Usage(prompt_tokens, output, 0, partial=True)
+    return Usage(prompt_tokens(), output, 0, partial=True)
 
 
 def _from_upstream(usage: Mapping[str, Any]) -> Usage:

@@ -44,7 +44,7 @@ class ProxyEndpoint:
         accounting, counters = self.state.accounting, self.state.routing.counters
         reservation = await accounting.admit(ctx, request, counters)
         request = accounting.ask_for_usage(ctx, request)
-        with accounting.settling(ctx, reservation, counters):  # settle and record, always
+        with accounting.settling(ctx, request, reservation, counters):  # settle, record: always
             await self._watched(route, request, scope, receive, send, ctx)
 
     async def _watched(

@@ -70,7 +70,7 @@ def test_upstream_usage_is_the_truth_and_its_chunk_is_stripped() -> None:
     forwarded = meter.feed(stream[:50]) + meter.feed(stream[50:]) + meter.flush()
     assert b'"usage"' not in forwarded and forwarded.endswith(b"data: [DONE]\n\n")
     assert forwarded.count(b"data: ") == 3
-    assert measured_usage(meter, 999, None) == Usage(7, 2, 4, partial=False)
+    assert measured_usage(meter, lambda: 999, None) == Usage(7, 2, 4, partial=False)
 
 
 def test_the_client_that_asked_keeps_the_usage_chunk() -> None:
@@ -86,7 +86,7 @@ def test_cut_stream_counts_delivered_output_exactly(counter: TokenCounter) -> No
     pieces = [text[i : i + 5] for i in range(0, len(text), 5)]
     for piece in pieces:
         meter.feed(chunk(piece))
-    used = measured_usage(meter, prompt_tokens=321, counter=counter)
+    used = measured_usage(meter, prompt_tokens=lambda: 321, counter=counter)
     exact = len(reference.encode(text, add_special_tokens=False).ids)
     assert exact > 2000  # "a few thousand tokens"
     assert used == Usage(321, exact, 0, partial=True)
@@ -113,5 +113,5 @@ def test_long_chat_prompt_counted_exactly_with_the_template(counter: TokenCounte
 def test_failure_before_output_uses_nothing() -> None:
     meter = StreamMeter()
     meter.feed(b'data: {"id":"c1","choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n')
-    assert measured_usage(meter, 50, None).total == 0
-    assert measured_usage(None, 50, None) == Usage(0, 0, 0, partial=False)
+    assert measured_usage(meter, lambda: 50, None).total == 0
+    assert measured_usage(None, lambda: 50, None) == Usage(0, 0, 0, partial=False)
