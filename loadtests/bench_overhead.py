@@ -125,6 +125,9 @@ def start_gateway(procs: Processes, upstream: str, workdir: Path) -> tuple[str, 
         "server": {"host": "127.0.0.1", "port": port, "workers": 1, "access_log": True},
         "pools": {"sim": {"urls": [upstream]}},
         "models": {MODEL: {"pool": "sim"}},
+        # The proxy path alone: loadtests/bench_auth.py measures auth on versus off.
+        "storage": {"url": f"sqlite:///{workdir}/gateway.db"},
+        "auth": {"enabled": False},
     }
     path = workdir / "gateway.yaml"
     path.write_text(yaml.safe_dump(config))
