@@ -53,7 +53,8 @@ class Healthz:
 
 
 class Readyz:
-    """Readiness: every model has at least one healthy upstream replica."""
+    """Readiness: every model has a healthy upstream replica, and the rate limiter's store
+    answers (or its policy is to fail open)."""
 
     def __init__(self, state: GatewayState) -> None:
         self.state = state
@@ -63,12 +64,15 @@ class Readyz:
             name: [replica_status(r) for r in p.replicas] for name, p in self.state.pools.items()
         }
         unready = sorted(m.name for m in self.state.models.values() if not m.router.healthy)
+        limiter = await self.state.accounting.limiter.readiness()
+        ready = not unready and limiter["ready"]
         body = {
-            "status": "not ready" if unready else "ready",
+            "status": "ready" if ready else "not ready",
             "unready_models": unready,
             "pools": pools,
+            "rate_limiter": limiter,
         }
-        await send_response(send, 503 if unready else 200, orjson.dumps(body))
+        await send_response(send, 200 if ready else 503, orjson.dumps(body))
 
 
 class Metrics:
