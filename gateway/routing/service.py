@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
 
 from gateway.accounting.tokens import TokenCounter
 from gateway.asgi import Scope, header
@@ -67,14 +66,8 @@ def may_steer(policy: RoutingPolicy, ctx: RequestContext) -> bool:
         return True
     if policy.force_headers == "never":
         return False
-    principal = _principal(ctx)
+    principal = ctx.principal
     return principal is not None and principal.labels.get(TRUSTED_LABEL) == "true"
-
-
-def _principal(ctx: RequestContext) -> Any:
-    # The authentication stage (issue 4) sets ``ctx.principal``; until it lands in the context,
-    # read it defensively so routing works with and without authentication.
-    return getattr(ctx, "principal", None)
 
 
 class Routing:
