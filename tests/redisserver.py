@@ -43,9 +43,9 @@ def redis_available() -> bool:
     return shutil.which("redis-server") is not None
 
 
-def spawn_redis(timeout: float = 10.0) -> RedisServer:
-    """A running server on a free port; the caller must call ``.stop()``."""
-    port = _free_port()
+def spawn_redis(timeout: float = 10.0, port: int | None = None) -> RedisServer:
+    """A running server on a free port (or ``port``); the caller must call ``.stop()``."""
+    port = port or _free_port()
     proc = subprocess.Popen(
         [
             "redis-server",
