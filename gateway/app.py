@@ -20,6 +20,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway import errors
+from gateway.accounting.ledger_sql import SqlLedgerStore
+from gateway.accounting.usage_api import usage_routes
 from gateway.admin.api import admin_routes
 from gateway.auth.middleware import auth_middleware
 from gateway.config import GatewayConfig
@@ -73,6 +75,8 @@ def create_app(
         Route("/metrics", Metrics(state), methods=["GET"]),
         Route("/openapi.json", OpenAPI(), methods=["GET"]),
         *routing_admin_routes(state, reloader),
+        # Before the /admin mount, which would otherwise answer /admin/usage with a 404.
+        *usage_routes(SqlLedgerStore(state.database), admin=state.auth is not None),
         *admin_routes(state.auth),
     ]
     app = Starlette(

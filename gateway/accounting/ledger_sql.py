@@ -129,7 +129,7 @@ class SqlLedgerStore:
             statement = statement.where(t.created_at < query.end)
         async with self.db.transaction() as conn:
             result = await conn.execute(statement)
-            return [_jsonable(dict(row._mapping)) for row in result]
+            return [_jsonable(row._asdict()) for row in result]
 
     async def count(self) -> int:
         async with self.db.transaction() as conn:
@@ -149,8 +149,11 @@ class UsageQuery:
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
-    """Sums come back as Decimal on PostgreSQL; the API speaks integers."""
-    out = {k: int(v) if k.endswith("_tokens") or k == "requests" else v for k, v in row.items()}
+    """Sums come back as Decimal on PostgreSQL; the API speaks integers. Column names are
+    SQLAlchemy's ``quoted_name`` (a str subclass, which orjson refuses as a key)."""
+    out = {
+        str(k): int(v) if k.endswith("_tokens") or k == "requests" else v for k, v in row.items()
+    }
     if "day" in out:
         out["date"] = _date(out.pop("day"))
     return out
