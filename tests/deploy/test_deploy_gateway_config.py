@@ -29,16 +29,37 @@ def deployment_env_names(docs: list[dict[str, Any]]) -> set[str]:
     return {e["name"] for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
 
 
+# Stand-ins for the Secret's values, of the shape each one has (the parser checks URLs).
+SECRET_STAND_INS = {
+    "DATABASE_URL": "postgresql://pdgateway:password@db.example.internal:5432/pdgateway",
+    "PD_GATEWAY_KEY_HASH_SECRET": "0123456789abcdef0123456789abcdef",
+    "REDIS_URL": "redis://redis.pd-gateway.svc:6379/0",
+}
+
+
+def stand_in_env(docs: list[dict[str, Any]]) -> dict[str, str]:
+    names = deployment_env_names(docs)
+    assert names <= SECRET_STAND_INS.keys(), f"no stand-in for {names - SECRET_STAND_INS.keys()}"
+    return {name: SECRET_STAND_INS[name] for name in names}
+
+
 def parsed(docs: list[dict[str, Any]]) -> GatewayConfig:
-    # Dummy values stand in for the Secret's: the parser needs every ${VAR} it meets to be set.
-    env = {name: f"dummy-{name.lower()}" for name in deployment_env_names(docs)}
-    return parse_config(gateway_document(docs), env)
+    # The parser needs every ${VAR} it meets to be set: stand-ins play the Secret's part.
+    return parse_config(gateway_document(docs), stand_in_env(docs))
 
 
 @pytest.mark.parametrize("overlay", overlay_names())
 def test_gateway_config_parses(rendered: Rendered, overlay: str) -> None:
     config = parsed(rendered[overlay])
     assert config.server.host == "0.0.0.0"
+    # Shared state for many replicas: PostgreSQL and Redis, both from the Secret.
+    assert config.storage.url == SECRET_STAND_INS["DATABASE_URL"]
+    assert config.limits.backend == "redis"
+    assert config.limits.redis_url == SECRET_STAND_INS["REDIS_URL"]
+    assert config.auth.hash_secret is not None
+    assert (
+        config.auth.hash_secret.get_secret_value() == SECRET_STAND_INS["PD_GATEWAY_KEY_HASH_SECRET"]
+    )
     deployment = one(rendered[overlay], "Deployment", "pd-gateway")
     ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
     assert [p["containerPort"] for p in ports] == [config.server.port]
@@ -61,7 +82,7 @@ def test_pools_point_at_the_serve_services_and_their_models(
 def test_route_check_catches_a_wrong_url_and_a_wrong_model(rendered: Rendered) -> None:
     docs = rendered["eks-g6"]
     document = gateway_document(docs)
-    env = {name: "dummy" for name in deployment_env_names(docs)}
+    env = stand_in_env(docs)
     document["pools"]["colocated"]["urls"] = ["http://colocated-serve-svc.ray.svc:8000/pd"]
     (model,) = document["models"].values()
     model["upstream_model"] = "Qwen/Qwen3.5-9B-Instruct"
