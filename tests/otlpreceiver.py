@@ -188,3 +188,21 @@ def start_receiver() -> Iterator[Receiver]:
         http_server.shutdown()
         http_server.server_close()
         http_thread.join(5)
+
+
+def main() -> None:
+    """``python -m tests.otlpreceiver``: serve until SIGINT/SIGTERM (for benchmarks), announcing
+    ``OTLP_LISTENING <http_url> <grpc_url>``; prints the number of spans received at the end."""
+    import signal
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with start_receiver() as receiver:
+        print(f"OTLP_LISTENING {receiver.http_url} {receiver.grpc_url}", flush=True)
+        stop.wait()
+        print(f"OTLP_SPANS {len(receiver.spans())}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,274 @@
+"""Tracing benchmark: gateway requests/s with tracing off, on at sampling 1.0 and on at 0.01,
+against the simulator in no-delay mode, and the cost per request of each.
+
+Part 1 (in this process): the tracing work of one request alone (server span middleware around
+an upstream attempt with its prefill/decode spans from a metered 16-token stream), per mode, with
+spans exported over OTLP/HTTP to a real receiver. Part 2: the simulator, the OTLP receiver and wrk
+on core 0, one gateway worker on core 1 (``taskset``); for each mode, non-streaming and streaming,
+concurrency 64, ``--rounds`` interleaved runs. The gateway's core is saturated at concurrency 64,
+so 1/(requests/s) is its CPU time per request and the difference to "off" is what tracing costs.
+
+    .venv/bin/python loadtests/bench_tracing.py [--seconds 5] [--rounds 2] [--calls 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+from bench_overhead import (
+    LOAD_CORE,
+    MODEL,
+    PROXY_CORE,
+    Processes,
+    free_port,
+    start_sim,
+    wait_http,
+)
+from bench_overhead import wrk as run_wrk
+
+from gateway.asgi import Message, Receive, Scope, Send
+from gateway.context import SCOPE_KEY, RequestContext
+from gateway.metrics import GatewayMetrics
+from gateway.proxy.parse import Operation, ParsedRequest, parse_request
+from gateway.proxy.sse import StreamMeter
+from gateway.telemetry import Tracing, TracingConfig, build_tracing
+from gateway.telemetry.attempt import UpstreamAttempts, observe_phases
+from gateway.telemetry.phases import phases_of
+from gateway.telemetry.server import ServerSpanMiddleware
+
+HERE = Path(__file__).resolve().parent
+MODES: dict[str, dict[str, Any]] = {
+    "off": {},
+    "on, sampling 1.0": {"enabled": True, "sampling_ratio": 1.0},
+    "on, sampling 0.01": {"enabled": True, "sampling_ratio": 0.01},
+}
+CHUNK = b'data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"tok"}}]}\n\n'
+USAGE = b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":16}}\n\n'
+
+
+def request_parts() -> tuple[ParsedRequest, StreamMeter]:
+    body = orjson.dumps(
+        {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    )
+    meter = StreamMeter()  # metered once: the meter's own cost is not tracing's
+    for _ in range(16):
+        meter.feed(CHUNK)
+    meter.feed(USAGE)
+    return parse_request(Operation.CHAT, body, 1_000_000), meter
+
+
+def traced_request(tracing: Tracing, metrics: GatewayMetrics) -> Callable[[], Awaitable[None]]:
+    """The tracing work of one streamed request, as the gateway does it, minus the I/O."""
+    request, meter = request_parts()
+
+    async def pipeline(scope: Scope, receive: Receive, send: Send) -> None:
+        ctx: RequestContext = scope[SCOPE_KEY]
+        ctx.model, ctx.pool, ctx.status = MODEL, "sim", 200
+        with UpstreamAttempts(tracing, metrics, ctx, request) as attempts:
+            with attempts.sending("http://127.0.0.1:9") as attempt:
+                attempt.headers  # noqa: B018 (what the handler reads)
+            ctx.meter = meter
+
+    middleware = ServerSpanMiddleware(
+        pipeline, tracing=tracing, traced_paths=["/v1/chat/completions"]
+    )
+    return _caller(middleware)
+
+
+def bare_request(metrics: GatewayMetrics) -> Callable[[], Awaitable[None]]:
+    """The same request with no tracing code at all: only the per-phase metrics."""
+    _, meter = request_parts()
+
+    async def pipeline(scope: Scope, receive: Receive, send: Send) -> None:
+        ctx: RequestContext = scope[SCOPE_KEY]
+        ctx.model, ctx.pool, ctx.status = MODEL, "sim", 200
+        ctx.meter = meter
+        now = time.perf_counter()
+        observe_phases(metrics, ctx, phases_of(meter, streamed=True, sent_at=now, ended_at=now))
+
+    return _caller(pipeline)
+
+
+def _caller(
+    app: Callable[[Scope, Receive, Send], Awaitable[None]],
+) -> Callable[[], Awaitable[None]]:
+    scope: Scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "headers": [(b"host", b"x"), (b"content-type", b"application/json")],
+    }
+
+    async def run() -> None:
+        scope[SCOPE_KEY] = RequestContext("id", time.perf_counter())
+        await app(scope, _receive, _send)
+
+    return run
+
+
+async def _receive() -> Message:
+    return {"type": "http.request", "body": b""}
+
+
+async def _send(message: Message) -> None:
+    return None
+
+
+async def micro(endpoint: str, calls: int) -> dict[str, float]:
+    """Microseconds per request (best of 5 rounds: the least disturbed) for each mode."""
+    figures = {"no tracing code": await _per_call(bare_request(GatewayMetrics()), calls)}
+    for mode, tracing_config in MODES.items():
+        config = TracingConfig(**tracing_config, endpoint=endpoint)
+        tracing = build_tracing(config, {"OTEL_BSP_MAX_QUEUE_SIZE": "65536"})
+        figures[mode] = await _per_call(traced_request(tracing, GatewayMetrics()), calls)
+        tracing.shutdown()
+    return figures
+
+
+async def _per_call(run: Callable[[], Awaitable[None]], calls: int) -> float:
+    rounds = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls // 5):
+            await run()
+        rounds.append((time.perf_counter() - start) / (calls // 5) * 1e6)
+    return min(rounds)
+
+
+def start_gateway(procs: Processes, sim: str, folder: Path, tracing: dict[str, Any]) -> str:
+    port = free_port()
+    config = {
+        "server": {"host": "127.0.0.1", "port": port, "workers": 1, "access_log": True},
+        "pools": {"sim": {"urls": [sim]}},
+        "models": {MODEL: {"pool": "sim"}},
+        "auth": {"enabled": False},
+        "storage": {"url": f"sqlite:///{folder}/gw-{port}.db"},
+        "tracing": tracing,
+    }
+    path = folder / f"gateway-{port}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    log = (folder / f"gateway-{port}.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            "taskset",
+            "-c",
+            PROXY_CORE,
+            sys.executable,
+            "-m",
+            "gateway",
+            "run",
+            "--config",
+            str(path),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    procs.procs.append(proc)
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url + "/healthz")
+    return url
+
+
+def http_runs(
+    sim: str, endpoint: str, folder: Path, seconds: float, rounds: int
+) -> dict[tuple[str, str], list[float]]:
+    """requests/s per (mode, json|stream), one figure per round; gateways started per mode."""
+    procs = Processes()
+    rps: dict[tuple[str, str], list[float]] = {}
+    try:
+        gateways = {
+            mode: start_gateway(procs, sim, folder, {**cfg, "endpoint": endpoint} if cfg else {})
+            for mode, cfg in MODES.items()
+        }
+        for _ in range(rounds):
+            for stream in (False, True):
+                kind = "stream" if stream else "json"
+                for mode, url in gateways.items():
+                    run_wrk(url, 64, 1, stream)  # warm-up
+                    figure, _, _, _ = run_wrk(url, 64, seconds, stream)
+                    rps.setdefault((mode, kind), []).append(figure)
+                    print(f"{mode:18} {kind:6} {figure:8,.0f} req/s", file=sys.stderr)
+    finally:
+        procs.stop()
+    return rps
+
+
+def report(micro_us: dict[str, float], rps: dict[tuple[str, str], list[float]]) -> str:
+    lines = ["In-process work per streamed request (16 tokens), best of 5 rounds:"]
+    bare = micro_us["no tracing code"]
+    for mode, us in micro_us.items():
+        lines.append(f"  {mode:18} {us:7.1f} us  ({us - bare:+.1f} us)")
+    lines += [
+        "",
+        "| mode | kind | req/s (best of rounds) | all rounds | CPU us/request | added us/request |",
+        "|---|---|---|---|---|---|",
+    ]
+    for (mode, kind), figures in rps.items():
+        best, off = max(figures), max(rps[("off", kind)])
+        per_request, added = 1e6 / best, 1e6 / best - 1e6 / off
+        rounds = ", ".join(f"{f:,.0f}" for f in figures)
+        lines.append(
+            f"| {mode} | {kind} | {best:,.0f} | {rounds} | {per_request:.0f} | {added:+.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def start_receiver(procs: Processes) -> tuple[str, subprocess.Popen[bytes]]:
+    """The tests' real OTLP receiver, as a process of its own on the load core."""
+    proc = subprocess.Popen(
+        ["taskset", "-c", LOAD_CORE, sys.executable, "-m", "tests.otlpreceiver"],
+        cwd=HERE.parent,
+        stdout=subprocess.PIPE,
+    )
+    procs.procs.append(proc)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode().split()
+    return line[1], proc
+
+
+def spans_received(proc: subprocess.Popen[bytes]) -> int:
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    return int(out.decode().split("OTLP_SPANS")[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=5)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--calls", type=int, default=20000, help="in-process requests per mode")
+    parser.add_argument("--skip-http", action="store_true")
+    args = parser.parse_args()
+    procs = Processes()
+    try:
+        endpoint, receiver = start_receiver(procs)
+        os.sched_setaffinity(0, {int(PROXY_CORE)})  # part 1 where the gateway will run
+        micro_us = asyncio.run(micro(endpoint, args.calls))
+        os.sched_setaffinity(0, {int(LOAD_CORE)})
+        rps: dict[tuple[str, str], list[float]] = {}
+        if not args.skip_http:
+            sim = start_sim(procs)
+            wait_http(sim + "/health")
+            with tempfile.TemporaryDirectory() as folder:
+                rps = http_runs(sim, endpoint, Path(folder), args.seconds, args.rounds)
+        spans = spans_received(receiver)
+    finally:
+        procs.stop()
+    print(report(micro_us, rps))
+    print(f"\nspans received by the OTLP receiver: {spans:,}")
+
+
+if __name__ == "__main__":
+    main()
