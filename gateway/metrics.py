@@ -118,6 +118,12 @@ class GatewayMetrics:
             ["tenant", "model", "direction"],
             registry=r,
         )
+        self.tenant_requests = Counter(
+            "gateway_tenant_requests",
+            "Requests by tenant and status class (2xx, 4xx, 5xx)",
+            ["tenant", "status_class"],
+            registry=r,
+        )
         # Counted by the limiter (issue 5) and the canary (issue 6).
         self.rate_limit_refusals = Counter(
             "gateway_rate_limit_refusals",

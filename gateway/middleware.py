@@ -65,6 +65,8 @@ class RequestIdMiddleware:
             model, pool = ctx.model, ctx.pool or ""
             self.metrics.requests.labels(model, pool, ctx.variant or "", str(ctx.status)).inc()
             self.metrics.duration.labels(model, pool).observe(elapsed)
+            status_class = f"{ctx.status // 100}xx"
+            self.metrics.tenant_requests.labels(ctx.tenant_id or "", status_class).inc()
         if self.logger is not None:
             self.logger.info(
                 "request",
