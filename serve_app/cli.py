@@ -88,6 +88,9 @@ def _local_up(args: argparse.Namespace) -> int:
     for name, url in state.base_urls.items():
         print(f"  {name + ':':<13} {url}   (OpenAI: {url}/v1/chat/completions, {url}/v1/models)")
     print(f"  state:        {args.state_dir.resolve() / 'state.json'}")
+    gateway_yaml = args.state_dir.resolve() / "gateway.yaml"
+    models = f"models {state.model}-pd, {state.model}"
+    print(f"  gateway:      pd-gateway run --config {gateway_yaml}   ({models})")
     print(f"  stop with:    pd-serve local down --state-dir {args.state_dir}")
     return 0
 

@@ -22,6 +22,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import yaml
 from pydantic import BaseModel
 
 from serve_app import procs
@@ -98,6 +99,23 @@ def base_urls(cfg: ServingConfig) -> dict[str, str]:
     return urls
 
 
+GATEWAY_CONFIG = "gateway.yaml"
+
+
+def gateway_config(state: LocalState, port: int = 8080) -> dict[str, object]:
+    """A gateway config for this stack: ``<model>-pd`` on the PD pool, ``<model>`` on the
+    colocated one (the gateway reads YAML only; serve_app imports nothing of it)."""
+    pools = {
+        name: {"urls": [url], "health": {"path": "/v1/models"}}
+        for name, url in state.base_urls.items()
+    }
+    models: dict[str, dict[str, str]] = {}
+    for name in state.base_urls:
+        alias = state.model if name == "colocated" else f"{state.model}-{name}"
+        models[alias] = {"pool": name, "upstream_model": state.model}
+    return {"server": {"host": "127.0.0.1", "port": port}, "pools": pools, "models": models}
+
+
 def _prepare(config: Path, state_dir: Path, port: int | None) -> tuple[ServingConfig, Path]:
     env = {**os.environ, "PD_SERVE_LOCAL_DIR": str(state_dir)}
     cfg = load_serving_config(config, env)
@@ -163,6 +181,7 @@ def local_up(
         }
     )
     _save_state(state_dir, state)
+    (state_dir / GATEWAY_CONFIG).write_text(yaml.safe_dump(gateway_config(state), sort_keys=False))
     return state
 
 

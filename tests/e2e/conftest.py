@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from serve_app.local import LocalState
+from serve_app.local import LocalState, gateway_config
 from tests.e2e.stack import launcher_of
 from tests.gatewayproc import GatewayProcess, start_gateway
 
@@ -21,19 +21,10 @@ def local_stack(request: pytest.FixtureRequest) -> LocalState:
     return launcher_of(request.config).wait(STACK_TIMEOUT)
 
 
-def gateway_config(stack: LocalState) -> dict[str, Any]:
-    """The gateway's view of the stack: one model name per pool, both served as ``tiny``."""
-    return {
-        "auth": {"enabled": False},  # keys are tested elsewhere; here the stack is the subject
-        "pools": {
-            name: {"urls": [url], "health": {"path": "/v1/models"}}
-            for name, url in stack.base_urls.items()
-        },
-        "models": {
-            f"{stack.model}-pd": {"pool": "pd", "upstream_model": stack.model},
-            stack.model: {"pool": "colocated"},
-        },
-    }
+def stack_gateway_config(stack: LocalState) -> dict[str, Any]:
+    """What ``local up`` writes for the gateway (``tiny-pd`` -> PD pool, ``tiny`` -> colocated),
+    with keys off: the stack is the subject here, keys are tested elsewhere."""
+    return {**gateway_config(stack), "auth": {"enabled": False}}
 
 
 @pytest.fixture(scope="session")
@@ -41,5 +32,5 @@ def stack_gateway(
     local_stack: LocalState, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
     """A real gateway process (``python -m gateway run``) on a free port before the stack."""
-    with start_gateway(gateway_config(local_stack), tmp_path_factory.mktemp("gateway")) as gw:
+    with start_gateway(stack_gateway_config(local_stack), tmp_path_factory.mktemp("gateway")) as gw:
         yield gw
