@@ -75,6 +75,16 @@ def test_split_follows_weights_and_sticks_per_user(stable_sim: SimProcess, tmp_p
         canary_records = canary_sim.requests()
         assert len(canary_records) == counts["canary"] + Counter(again.values())["canary"]
         assert {r["body"]["model"] for r in canary_records} == {CANARY_MODEL}
+        metrics = httpx.get(gw.url + "/metrics", timeout=5).text
+        served = f"{float(len(canary_records))}"
+        assert (
+            f'variant_requests_total{{model="{MODEL}",outcome="ok",variant="canary"}} {served}'
+            in (metrics)
+        )
+        assert (
+            'gateway_variant_time_to_first_token_seconds_count{model="sim-model",variant="canary"}'
+            in (metrics)
+        )
 
 
 def test_force_header_only_when_allowed(stable_sim: SimProcess, tmp_path: Path) -> None:
