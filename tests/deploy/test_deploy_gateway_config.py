@@ -25,8 +25,10 @@ def gateway_document(docs: list[dict[str, Any]]) -> Any:
 
 
 def deployment_env_names(docs: list[dict[str, Any]]) -> set[str]:
+    """The environment variables the gateway's container gets from Secrets."""
     deployment = one(docs, "Deployment", "pd-gateway")
-    return {e["name"] for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    return {e["name"] for e in env if "secretKeyRef" in e.get("valueFrom", {})}
 
 
 # Stand-ins for the Secret's values, of the shape each one has (the parser checks URLs).

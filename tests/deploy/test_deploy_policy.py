@@ -131,6 +131,13 @@ def test_gateway_secrets_come_only_from_secret_refs(rendered: Rendered) -> None:
     for name in ("DATABASE_URL", "PD_GATEWAY_KEY_HASH_SECRET", "REDIS_URL"):
         assert "value" not in env[name]
         assert env[name]["valueFrom"]["secretKeyRef"]["name"] == "pd-gateway-secrets"
+    # The config file the admin commands (kubectl exec ... pd-gateway keys) read is the mounted one.
+    (mount,) = [
+        m
+        for m in deployment["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+        if m["name"] == "config"
+    ]
+    assert env["PD_GATEWAY_CONFIG"]["value"] == mount["mountPath"] + "/gateway.yaml"
 
 
 # The checks themselves must be able to fail: each broken copy below is caught.
