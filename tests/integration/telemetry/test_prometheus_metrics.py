@@ -97,6 +97,7 @@ def test_metrics_parse_and_the_phase_histograms_move(
     requests = {"model": MODEL, "pool": "sim", "variant": "default", "status": "200"}
     assert moved("gateway_requests_total", **requests) == 4
     assert moved("gateway_request_duration_seconds_count", model=MODEL, pool="sim") == 4
+    assert moved("gateway_tenant_requests_total", tenant="", status_class="2xx") == 4
     assert value(after, "gateway_requests_in_flight") == 1  # the scrape itself
     assert value(after, "gateway_pool_healthy", pool="sim") == 1
     assert value(after, "gateway_replica_healthy", pool="sim", replica=sim.url) == 1
