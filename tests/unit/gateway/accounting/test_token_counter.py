@@ -119,7 +119,8 @@ def _train_tokenizer(path: Path) -> Path:
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<s>", "</s>"])
+    specials = ["<s>", "</s>", "<|im_start|>", "<|im_end|>"]
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=specials)
     tokenizer.train_from_iterator([SAMPLE_TEXT], trainer)
     out = path / "tokenizer.json"
     tokenizer.save(str(out))
@@ -153,3 +154,34 @@ def test_models_with_the_same_tokenizer_share_one_counter() -> None:
     own = TokenizerConfig(encoding="o200k_base")
     counters = counters_for_models(TokenizerConfig(), [("a", None), ("b", None), ("c", own)])
     assert counters["a"] is counters["b"] and counters["c"] is not counters["a"]
+
+
+CHATML = (
+    "{{ bos_token }}{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_chat_template_beside_the_tokenizer_sets_the_overhead(tmp_path: Path) -> None:
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from tokenizers import Tokenizer
+
+    path = _train_tokenizer(tmp_path)
+    (tmp_path / "chat_template.jinja").write_text(CHATML)
+    (tmp_path / "tokenizer_config.json").write_text('{"bos_token": "<s>"}')
+    counter = build_token_counter(TokenizerConfig(kind="huggingface", tokenizer_file=path))
+    reference = Tokenizer.from_file(str(path))
+    template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(
+        CHATML
+    )
+    messages = [
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": "def f(x): return x * 2"},
+    ]
+    rendered = template.render(messages=messages, add_generation_prompt=True, bos_token="<s>")
+    exact = len(reference.encode(rendered, add_special_tokens=False).ids)
+    # the template's own tokens, measured once at load: the count is the rendered prompt's
+    assert counter.count_request(Operation.CHAT, {"messages": messages}) == exact
+    explicit = TokenizerConfig(kind="huggingface", tokenizer_file=path, tokens_per_message=9)
+    assert build_token_counter(explicit).config.tokens_per_message == 9  # config wins
