@@ -146,8 +146,8 @@ class _HttpHandler(BaseHTTPRequestHandler):
 class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, store: SpanStore) -> None:
-        super().__init__(("127.0.0.1", 0), _HttpHandler)
+    def __init__(self, store: SpanStore, port: int) -> None:
+        super().__init__(("127.0.0.1", port), _HttpHandler)
         self.store = store
 
 
@@ -170,9 +170,11 @@ class Receiver(SpanStore):
 
 
 @contextmanager
-def start_receiver() -> Iterator[Receiver]:
+def start_receiver(http_port: int = 0) -> Iterator[Receiver]:
+    """Both receivers on loopback; ``http_port`` 0 picks a free port (a fixed one serves
+    processes started before the receiver, told the address in advance)."""
     receiver = Receiver()
-    http_server = _HttpServer(receiver)
+    http_server = _HttpServer(receiver, http_port)
     http_thread = threading.Thread(target=http_server.serve_forever, daemon=True)
     http_thread.start()
     grpc_server = grpc.server(ThreadPoolExecutor(max_workers=4))
