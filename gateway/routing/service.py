@@ -95,8 +95,11 @@ class Routing:
         send_via: SendVia,
     ) -> AsyncIterator[Attempt]:
         variant = self._variant(router, scope, ctx, request)
-        hint = self._hint(router.policy, scope, ctx)
-        tokens = prompt_tokens(ctx, request, self.counters) if _needs_count(variant) else 0
+        if len(variant.by_role) > 1:  # only then do length and hints matter
+            hint = self._hint(router.policy, scope, ctx)
+            tokens = prompt_tokens(ctx, request, self.counters)
+        else:
+            hint, tokens = None, 0
         plan = router.plan(variant, tokens, request.max_tokens, hint)
         upstream_model = variant.upstream_model
 
@@ -121,8 +124,10 @@ class Routing:
     def _variant(
         self, router: ModelRouter, scope: Scope, ctx: RequestContext, request: ParsedRequest
     ) -> Variant:
-        forced = header(scope, FORCE_VARIANT_HEADER)
-        if forced is not None and may_steer(router.policy, ctx):
+        forced = None if len(router.variants) == 1 else header(scope, FORCE_VARIANT_HEADER)
+        if len(router.variants) == 1:
+            variant = router.choose_variant(b"", None)  # no key needed to pick the only one
+        elif forced is not None and may_steer(router.policy, ctx):
             variant = router.choose_variant(b"", forced.decode("latin-1"))
         else:
             variant = router.choose_variant(sticky_key(scope, ctx, request), None)
@@ -169,11 +174,6 @@ def _output_tokens_per_second(ctx: RequestContext) -> float | None:
     if first is None or last is None or last <= first or not isinstance(tokens, int):
         return None
     return (tokens - 1) / (last - first) if tokens > 1 else None
-
-
-def _needs_count(variant: Variant) -> bool:
-    """Only a variant with both a PD and a colocated pool decides by prompt length."""
-    return len(variant.by_role) > 1
 
 
 def routing_headers(ctx: RequestContext) -> list[tuple[bytes, bytes]]:
