@@ -36,7 +36,7 @@ import yaml
 from bench_overhead import Processes, free_port, wait_http
 
 from gateway.accounting.tokens import TokenizerConfig, build_token_counter
-from gateway.config import parse_config
+from gateway.config import GatewayConfig, parse_config
 from gateway.proxy.parse import Operation
 from gateway.routing.pools import Pool
 from gateway.routing.router import ModelRouter
@@ -65,7 +65,7 @@ def decision_costs(calls: int) -> list[tuple[str, int, float, float]]:
     cfg = parse_config(_model_config("http://127.0.0.1:1", "http://127.0.0.1:2"), env={})
     pools = {name: Pool(name, p) for name, p in cfg.pools.items()}
     router = ModelRouter("routed", cfg.models["routed"], pools)
-    rows = []
+    rows = [single_pool_cost(cfg, pools, calls)]
     for label, tokens in (("short", 20), ("1k", 1000), ("32k", 32000)):
         payload = {"messages": [{"role": "user", "content": words_of_tokens(encoding, tokens)}]}
         n = max(20, calls // (1 + tokens // 500))
@@ -84,6 +84,17 @@ def decision_costs(calls: int) -> list[tuple[str, int, float, float]]:
         exact = (time.perf_counter() - started) / n * 1e6
         rows.append((label, counted, decision, exact))
     return rows
+
+
+def single_pool_cost(
+    cfg: GatewayConfig, pools: dict[str, Pool], calls: int
+) -> tuple[str, int, float, float]:
+    """A ``pool:`` model: no counting, one variant, one pool."""
+    router = ModelRouter("all-pd", cfg.models["all-pd"], pools)
+    started = time.perf_counter()
+    for _ in range(calls):
+        router.plan(router.choose_variant(b"", None), 0, MAX_TOKENS, None)
+    return ("any, single pool", 0, (time.perf_counter() - started) / calls * 1e6, 0.0)
 
 
 def _model_config(pd_url: str, colo_url: str) -> dict[str, Any]:

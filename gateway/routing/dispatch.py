@@ -147,6 +147,7 @@ class Dispatcher:
         try:
             pool, reason, skipped = _pick(plan, tried)
         except _NoPool as none:
+            ctx.routing_reason = plan.pools[0][1] + "+unavailable"
             raise NoHealthyUpstream(
                 f"No upstream can take this request now ({none.why}); try again shortly.",
                 headers={"retry-after": "1"},

@@ -94,6 +94,7 @@ def test_both_pools_down_is_503_with_retry_after(tmp_path: Path) -> None:
             assert response.status_code == 503
             assert response.headers["retry-after"] == "1"
             assert response.json()["error"]["code"] == "no_healthy_upstream"
+            assert response.headers["x-gateway-route-reason"] == "prompt_short+unavailable"
 
 
 def test_5xx_is_retried_on_the_other_pool_before_any_byte(
