@@ -35,6 +35,7 @@ MISSING_KEY = (
     "(Authorization: Bearer YOUR_KEY) or in an api-key header."
 )
 INVALID_KEY = "Incorrect API key provided."
+REREAD_SECONDS = 1.0
 ADMIN_ONLY = "This route needs an admin key; tenant keys cannot use it."
 
 
@@ -66,7 +67,11 @@ class Authenticator:
             raise AuthenticationFailed(INVALID_KEY)
         credential = await self.cache.get(key.public_id)
         if credential is None or not credential.accepts(key, self.hasher, self.clock()):
-            raise AuthenticationFailed(INVALID_KEY)
+            # Maybe the key was made or rotated on another replica since we read it: look
+            # again, at most once per REREAD_SECONDS per key, so wrong keys cannot flood the store.
+            credential = await self.cache.reread(key.public_id, REREAD_SECONDS)
+            if credential is None or not credential.accepts(key, self.hasher, self.clock()):
+                raise AuthenticationFailed(INVALID_KEY)
         self._used.add(key.public_id)
         return credential.principal
 

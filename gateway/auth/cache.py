@@ -47,6 +47,13 @@ class CredentialCache(Generic[T]):
             return entry.value
         return await self._refresh(key_id)
 
+    async def reread(self, key_id: str, older_than: float) -> T | None:
+        """Read the store again unless the entry is younger than ``older_than`` seconds."""
+        entry = self._entries.get(key_id)
+        if entry is not None and self._clock() - entry.read_at < older_than:
+            return entry.value
+        return await self._refresh(key_id)
+
     def invalidate(self, key_id: str | None = None) -> None:
         """Forget one key (or all): the next use reads the store."""
         if key_id is None:

@@ -211,3 +211,30 @@ def _unreachable(db: Database) -> str:
         garbage.write_bytes(b"this is not a database file" * 100)
         return f"sqlite:///{garbage}"
     return "postgresql://postgres@127.0.0.1:1/none"
+
+
+async def test_a_key_rotated_on_another_replica_works_here_within_a_second(
+    auth: Authenticator, manager: KeyManager, store: CountingStore, mono: Clock
+) -> None:
+    old = await _tenant_and_key(manager)
+    key_id = (await auth.tenant(old)).key_id
+    new = (await manager.rotate_key(key_id, RotateSpec())).token  # no local forget
+    mono.now += 1.0
+    assert (await auth.tenant(new)).key_id == key_id
+
+
+async def test_wrong_secrets_reread_the_store_at_most_once_a_second(
+    auth: Authenticator, manager: KeyManager, store: CountingStore, mono: Clock
+) -> None:
+    token = await _tenant_and_key(manager)
+    await auth.tenant(token)
+    wrong = token[:-1] + ("A" if token[-1] != "A" else "B")
+    for _ in range(20):
+        with pytest.raises(AuthenticationFailed):
+            await auth.tenant(wrong)
+    assert store.reads == 1  # the entry was younger than a second: no reread
+    mono.now += 1.0
+    for _ in range(20):
+        with pytest.raises(AuthenticationFailed):
+            await auth.tenant(wrong)
+    assert store.reads == 2

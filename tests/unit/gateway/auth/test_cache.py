@@ -86,3 +86,14 @@ async def test_invalidate_and_the_size_bound() -> None:
     assert len(cache) <= 3
     cache.invalidate()
     assert len(cache) == 0
+
+
+async def test_reread_skips_young_entries() -> None:
+    clock, source = Clock(), Source()
+    cache = CredentialCache(source.load, ttl=5.0, max_entries=10, clock=clock)
+    await cache.get("a")
+    source.values["a"] = "v2"
+    assert await cache.reread("a", older_than=1.0) == "v1"
+    clock.now += 1.0
+    assert await cache.reread("a", older_than=1.0) == "v2"
+    assert source.reads == 2
