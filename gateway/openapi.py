@@ -12,6 +12,7 @@ from gateway import __version__
 
 _ERROR_STATUSES = {
     "400": "Invalid JSON or parameters",
+    "401": "Missing or invalid API key (invalid_api_key)",
     "404": "Unknown model",
     "413": "Body over the configured limit",
     "415": "Content-Type is not application/json",
@@ -74,12 +75,20 @@ def _get(
 
 
 def openapi_document() -> dict[str, Any]:
-    not_found = {
-        "404": {
-            "description": "Unknown model",
+    unauthorized = {
+        "401": {
+            "description": _ERROR_STATUSES["401"],
             "content": {"application/json": {"schema": _ref("ErrorResponse")}},
         }
     }
+    not_found = {
+        **unauthorized,
+        "404": {
+            "description": "Unknown model",
+            "content": {"application/json": {"schema": _ref("ErrorResponse")}},
+        },
+    }
+    public: dict[str, Any] = {"security": []}  # gateway/auth/middleware.py: ALWAYS_PUBLIC
     model_param = [{"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}]
     retrieve = _get("One model", _ref("Model"), not_found)
     retrieve["get"]["parameters"] = model_param
@@ -90,12 +99,19 @@ def openapi_document() -> dict[str, Any]:
             "/v1/chat/completions": _proxy_operation("Chat completion", "ChatRequest", True),
             "/v1/completions": _proxy_operation("Text completion", "CompletionRequest", True),
             "/v1/embeddings": _proxy_operation("Embeddings", "EmbeddingRequest", False),
-            "/v1/models": _get("Models served", _ref("ModelList")),
+            "/v1/models": _get("Models the key may use", _ref("ModelList"), unauthorized),
             "/v1/models/{model}": retrieve,
-            "/healthz": _get("Liveness", {"type": "object"}),
-            "/readyz": _get("Readiness", {"type": "object"}),
+            "/healthz": {"get": {**_get("Liveness", {"type": "object"})["get"], **public}},
+            "/readyz": {"get": {**_get("Readiness", {"type": "object"})["get"], **public}},
         },
-        "components": {"schemas": _schemas()},
+        "security": [{"bearer": []}, {"apiKeyHeader": []}],
+        "components": {
+            "schemas": _schemas(),
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "apiKeyHeader": {"type": "apiKey", "in": "header", "name": "api-key"},
+            },
+        },
     }
 
 
