@@ -10,6 +10,8 @@ from gateway.errors import LimiterUnavailable, RateLimited, TokensRateLimited
 from gateway.limits.admission import RateLimiter
 from gateway.limits.config import LimitsConfig, LimitValues
 from gateway.limits.headers import duration
+from gateway.limits.memory import MemoryLimiter
+from gateway.limits.metrics import LimitMetrics
 from gateway.metrics import GatewayMetrics
 from tests.gatewayproc import free_port
 
@@ -59,7 +61,10 @@ def test_nothing_to_limit_means_no_subjects() -> None:
 
 
 async def test_refusals_name_the_limit_and_carry_the_headers() -> None:
-    stage = limiter(defaults={"requests_per_minute": 1, "tokens_per_minute": 1000})
+    config = LimitsConfig(defaults=LimitValues(requests_per_minute=1, tokens_per_minute=1000))
+    metrics = GatewayMetrics()
+    frozen = MemoryLimiter(clock=lambda: 1_800_000_000.0)  # no refill between the two
+    stage = RateLimiter(config, frozen, LimitMetrics(metrics.registry, metrics.rate_limit_refusals))
     subjects = stage.subjects(None)
     headers: list[tuple[bytes, bytes]] = []
     await stage.admit("r1", subjects, 10, 90, headers)
