@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -81,6 +82,7 @@ class LocalStackLauncher:
             self.proc.terminate()  # by its pid; the recorded driver is stopped below
             self.proc.wait(30)
         local_down(self.state_dir)
+        shutil.rmtree(self.state_dir, ignore_errors=True)
 
     def _log(self) -> str:
         return self.log_path.read_text(errors="replace")[-6000:]
