@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from serve_app.local import LocalState, gateway_config
+from serve_app.local import LocalState
+from serve_app.local import gateway_config as local_gateway_config
 from tests.e2e.stack import launcher_of
 from tests.gatewayproc import GatewayProcess, start_gateway
 
@@ -21,10 +22,10 @@ def local_stack(request: pytest.FixtureRequest) -> LocalState:
     return launcher_of(request.config).wait(STACK_TIMEOUT)
 
 
-def stack_gateway_config(stack: LocalState) -> dict[str, Any]:
+def gateway_config(stack: LocalState) -> dict[str, Any]:
     """What ``local up`` writes for the gateway (``tiny-pd`` -> PD pool, ``tiny`` -> colocated),
     with keys off: the stack is the subject here, keys are tested elsewhere."""
-    return {**gateway_config(stack), "auth": {"enabled": False}}
+    return {**local_gateway_config(stack), "auth": {"enabled": False}}
 
 
 @pytest.fixture(scope="session")
@@ -32,5 +33,5 @@ def stack_gateway(
     local_stack: LocalState, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
     """A real gateway process (``python -m gateway run``) on a free port before the stack."""
-    with start_gateway(stack_gateway_config(local_stack), tmp_path_factory.mktemp("gateway")) as gw:
+    with start_gateway(gateway_config(local_stack), tmp_path_factory.mktemp("gateway")) as gw:
         yield gw
