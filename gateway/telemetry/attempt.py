@@ -54,6 +54,8 @@ AnswerT = TypeVar("AnswerT", bound=_Answer)
 
 
 class UpstreamAttempts:
+    """The upstream attempts of one request (see the module's docstring for use)."""
+
     __slots__ = ("_answered", "_ctx", "_metrics", "_request", "_tracing")
 
     def __init__(
