@@ -38,6 +38,7 @@ from gateway.storage import Database, StorageConfig
 from gateway.storage.registry import all_migrations
 
 HASH_SECRET = "bench-auth-hash-secret-0123456789"
+ROUNDS = 3
 
 
 async def _store_with_key(folder: Path) -> tuple[Database, Authenticator, str]:
@@ -155,7 +156,7 @@ def http(seconds: float) -> list[dict[str, Any]]:
     procs = Processes()
     try:
         sim = start_sim(procs)
-        for auth_on in (False, True, False, True):
+        for auth_on in (False, True) * ROUNDS:  # alternated: drifts in machine load hit both
             folder = Path(tempfile.mkdtemp(prefix="bench-auth-"))
             key = _cli_key(folder) if auth_on else "sk-unused"
             url = _gateway(procs, sim, folder, auth_on)
@@ -180,20 +181,25 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--skip-http", action="store_true")
     args = parser.parse_args()
+    print(f"load average before: {os.getloadavg()}")
     figures = asyncio.run(micro(args.calls))
     for name, value in figures.items():
         print(f"{name}: {value:.2f}")
     if args.skip_http:
         return
     results = http(args.seconds)
-    print("\nauth  conc   req/s (best of 2)  p50 ms")
+    print(f"\nauth  conc  req/s best of {ROUNDS}  req/s median  p50 ms (best run)")
     for auth_on in (False, True):
         for concurrency in (64, 1):
             runs = [r for r in results if r["auth"] == auth_on and r["concurrency"] == concurrency]
             best = max(runs, key=lambda r: r["rps"])
+            median = statistics.median(r["rps"] for r in runs)
             label = "on " if auth_on else "off"
-            print(f"{label}   {concurrency:>4}  {best['rps']:>10.0f}  {best['p50_ms']:>10.2f}")
-    print(f"(load core {LOAD_CORE}, gateway core {PROXY_CORE})")
+            print(
+                f"{label}   {concurrency:>4}  {best['rps']:>15.0f}  {median:>12.0f}"
+                f"  {best['p50_ms']:>8.2f}"
+            )
+    print(f"(load core {LOAD_CORE}, gateway core {PROXY_CORE}; load average {os.getloadavg()})")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,9 @@ class KeyKind(StrEnum):
     ADMIN = "pdgadmin"
 
 
+_KINDS = {kind.value: kind for kind in KeyKind}
+
+
 @dataclass(frozen=True, slots=True)
 class PresentedKey:
     """A key split into its parts; says nothing yet about whether it is valid."""
@@ -66,16 +69,13 @@ def parse_key(token: str) -> PresentedKey | None:
     parts = token.split("-")
     if len(parts) != 4 or parts[0] != "sk":
         return None
-    _, kind, public_id, secret = parts
-    if kind == KeyKind.TENANT.value:
-        key_kind = KeyKind.TENANT
-    elif kind == KeyKind.ADMIN.value:
-        key_kind = KeyKind.ADMIN
-    else:
+    _, prefix, public_id, secret = parts
+    kind = _KINDS.get(prefix)
+    if kind is None or len(public_id) != PUBLIC_ID_LENGTH:
         return None
-    if len(public_id) != PUBLIC_ID_LENGTH or not public_id.isalnum() or not secret.isalnum():
+    if not public_id.isalnum() or not secret.isalnum():
         return None
-    return PresentedKey(key_kind, public_id, secret)
+    return PresentedKey(kind, public_id, secret)
 
 
 class KeyHasher:
