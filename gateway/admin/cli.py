@@ -130,6 +130,7 @@ def _limit_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--requests-per-minute", type=int)
     parser.add_argument("--tokens-per-minute", type=int)
     parser.add_argument("--concurrent-requests", type=int)
+    parser.add_argument("--daily-tokens", type=int)
 
 
 def _run(args: argparse.Namespace, operation: Operation, migrate: bool) -> int:
@@ -192,6 +193,7 @@ def _limits(args: argparse.Namespace) -> Limits:
         requests_per_minute=args.requests_per_minute,
         tokens_per_minute=args.tokens_per_minute,
         concurrent_requests=args.concurrent_requests,
+        daily_tokens=args.daily_tokens,
     )
 
 

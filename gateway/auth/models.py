@@ -17,6 +17,8 @@ class Limits(BaseModel):
     requests_per_minute: int | None = Field(None, ge=1)
     tokens_per_minute: int | None = Field(None, ge=1)
     concurrent_requests: int | None = Field(None, ge=1)
+    daily_tokens: int | None = Field(None, ge=1)
+    """Input + output tokens per UTC day (the rate limiter's quota)."""
 
     def over(self, defaults: Limits) -> Limits:
         """These limits, with ``defaults`` filling what is unset."""

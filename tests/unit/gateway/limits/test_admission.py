@@ -43,13 +43,17 @@ def test_durations_as_openai_writes_them(seconds: float, text: str) -> None:
 
 def test_values_come_from_the_key_then_the_tenant_then_the_config() -> None:
     stage = limiter(defaults={"concurrent_requests": 3, "tokens_per_minute": 9})
-    who = principal(Limits(requests_per_minute=5), Limits(tokens_per_minute=100))
+    who = principal(
+        Limits(requests_per_minute=5), Limits(tokens_per_minute=100, daily_tokens=10_000)
+    )
     key, tenant = stage.subjects(who)
     assert (key.scope, key.id, tenant.scope, tenant.id) == ("key", "k1", "tenant", "t1")
     assert key.limits == LimitValues(
-        requests_per_minute=5, tokens_per_minute=100, concurrent_requests=3
+        requests_per_minute=5, tokens_per_minute=100, concurrent_requests=3, daily_tokens=10_000
     )
-    assert tenant.limits == LimitValues(tokens_per_minute=100, concurrent_requests=3)
+    assert tenant.limits == LimitValues(
+        tokens_per_minute=100, concurrent_requests=3, daily_tokens=10_000
+    )
 
 
 def test_nothing_to_limit_means_no_subjects() -> None:
