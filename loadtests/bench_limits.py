@@ -165,7 +165,7 @@ def _gateway(procs: Processes, sim: str, folder: Path, limits: dict[str, Any]) -
     return url
 
 
-def http(seconds: float) -> list[tuple[str, float, float]]:
+def http(seconds: float, rounds: int) -> list[tuple[str, float, float]]:
     results: list[tuple[str, float, float]] = []
     procs = Processes()
     redis = spawn_redis()
@@ -177,7 +177,7 @@ def http(seconds: float) -> list[tuple[str, float, float]]:
     }
     try:
         sim = start_sim(procs)
-        for _ in range(2):
+        for _ in range(rounds):  # interleaved, so a busy moment hits every mode alike
             for mode, limits in modes.items():
                 folder = Path(tempfile.mkdtemp(prefix="bench-limits-"))
                 url = _gateway(procs, sim, folder, limits)
@@ -196,14 +196,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=20_000)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--skip-http", action="store_true")
     args = parser.parse_args()
     for name, value in asyncio.run(micro(args.calls)).items():
         print(f"{name}: {value:.1f} us")
     if args.skip_http:
         return
-    results = http(args.seconds)
-    print("\nlimits   req/s (best of 2, concurrency 64)   p50 ms")
+    results = http(args.seconds, args.rounds)
+    print(f"\nlimits   req/s (best of {args.rounds}, concurrency 64)   p50 ms")
     for mode in ("off", "memory", "redis"):
         best = max((r for r in results if r[0] == mode), key=lambda r: r[1])
         print(f"{mode:<8} {best[1]:>10.0f} {best[2]:>22.2f}")
