@@ -31,15 +31,19 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import tiktoken
 import yaml
 from bench_overhead import Processes, free_port, wait_http
 
 from gateway.accounting.tokens import TokenizerConfig, build_token_counter
 from gateway.config import GatewayConfig, parse_config
-from gateway.proxy.parse import Operation
-from gateway.routing.pools import Pool
+from gateway.context import RequestContext
+from gateway.metrics import GatewayMetrics
+from gateway.proxy.parse import Operation, parse_request
+from gateway.routing.pools import Pool, Replica
 from gateway.routing.router import ModelRouter
+from gateway.routing.table import build_routers, build_routing
 
 PYTHON = sys.executable
 MODEL = "sim-model"
@@ -95,6 +99,35 @@ def single_pool_cost(
     for _ in range(calls):
         router.plan(router.choose_variant(b"", None), 0, MAX_TOKENS, None)
     return ("any, single pool", 0, (time.perf_counter() - started) / calls * 1e6, 0.0)
+
+
+class _Answer:
+    """Stands in for an upstream response: the stage only reads its status."""
+
+    status = 200
+
+
+async def stage_cost(model: str, calls: int) -> float:
+    """Microseconds per request for the whole route stage (count, variant, plan, replica choice,
+    dispatch bookkeeping, metrics, outcome), the upstream call itself excluded."""
+    cfg = parse_config(_model_config("http://127.0.0.1:1", "http://127.0.0.1:2"), env={})
+    pools = {name: Pool(name, p) for name, p in cfg.pools.items()}
+    routing = build_routing(cfg, GatewayMetrics())
+    router = build_routers(cfg, pools, routing)[model]
+    body = orjson.dumps({"model": model, "messages": [{"role": "user", "content": "Say hi."}]})
+    request = parse_request(Operation.CHAT, body, 100_000)
+    scope: dict[str, Any] = {"headers": [], "client": ("127.0.0.1", 5000)}
+    answer = _Answer()
+
+    async def send_via(pool: Pool, replica: Replica, upstream: str | None) -> Any:
+        return answer
+
+    started = time.perf_counter()
+    for i in range(calls):
+        ctx = RequestContext(request_id=str(i), started=0.0)
+        async with routing.serve(router, request, scope, ctx, send_via):
+            pass
+    return (time.perf_counter() - started) / calls * 1e6
 
 
 def _model_config(pd_url: str, colo_url: str) -> dict[str, Any]:
@@ -240,6 +273,11 @@ def main() -> None:
     print("|---|---|---|---|")
     for label, counted, decision, exact in decision_costs(args.calls):
         print(f"| {label} | {counted} | {decision:.1f} | {exact:.1f} |")
+    print()
+    print("| model | whole route stage us/request (short prompt, no upstream) |")
+    print("|---|---|")
+    for model in ("all-pd", "routed"):
+        print(f"| {model} | {asyncio.run(stage_cost(model, args.calls)):.1f} |")
     if not args.skip_load:
         print()
         print(load_table(args.requests, args.concurrency))

@@ -12,26 +12,21 @@ Everything it decides is written on the request context (``variant``, ``pool``, 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping
+from types import TracebackType
 
 from gateway.accounting.tokens import TokenCounter
 from gateway.asgi import Scope, header
 from gateway.context import RequestContext
 from gateway.errors import GatewayError
 from gateway.proxy.parse import ParsedRequest
-from gateway.proxy.upstream import UpstreamResponse
 from gateway.routing.config import Role, RoutingPolicy
-from gateway.routing.dispatch import Attempt, Dispatcher
+from gateway.routing.dispatch import Attempt, Connection, Dispatcher, SendTo
 from gateway.routing.metrics import RoutingMetrics
-from gateway.routing.pools import Pool, Replica
-from gateway.routing.router import ModelRouter, Variant
+from gateway.routing.router import ModelRouter, RoutePlan, Variant
 
 FORCE_VARIANT_HEADER = b"x-gateway-variant"
 POOL_HINT_HEADER = b"x-gateway-pool-hint"
-
-SendVia = Callable[[Pool, Replica, str | None], Awaitable[UpstreamResponse]]
-"""``await send_via(pool, replica, upstream_model)``: the upstream's response, at its headers."""
 
 
 def prompt_tokens(
@@ -85,15 +80,15 @@ class Routing:
         self.metrics = metrics
         self._clock = clock
 
-    @asynccontextmanager
-    async def serve(
+    def serve(
         self,
         router: ModelRouter,
         request: ParsedRequest,
         scope: Scope,
         ctx: RequestContext,
-        send_via: SendVia,
-    ) -> AsyncIterator[Attempt]:
+        send_via: SendTo,
+    ) -> Serving:
+        """Decide now (variant, pools in order); connect and learn in ``async with``."""
         variant = self._variant(router, scope, ctx, request)
         if len(variant.by_role) > 1:  # only then do length and hints matter
             hint = self._hint(router.policy, scope, ctx)
@@ -101,25 +96,7 @@ class Routing:
         else:
             hint, tokens = None, 0
         plan = router.plan(variant, tokens, request.max_tokens, hint)
-        upstream_model = variant.upstream_model
-
-        async def send_to(pool: Pool, replica: Replica) -> UpstreamResponse:
-            return await send_via(pool, replica, upstream_model)
-
-        error: bool | None = None  # stays None when the client left: no verdict on the variant
-        try:
-            async with self.dispatcher.connect(plan, ctx, send_to) as attempt:
-                self.metrics.decisions.labels(
-                    router.name, variant.name, attempt.pool.name, ctx.routing_reason or ""
-                ).inc()
-                yield attempt
-                error = attempt.response.status >= 500 or ctx.error_code is not None
-        except GatewayError:
-            error = True
-            raise
-        finally:
-            if error is not None:
-                self._observe(router, variant, ctx, error)
+        return Serving(self, router, plan, ctx, self.dispatcher.connect(plan, ctx, send_via))
 
     def _variant(
         self, router: ModelRouter, scope: Scope, ctx: RequestContext, request: ParsedRequest
@@ -143,17 +120,17 @@ class Routing:
         except ValueError:
             return None
 
-    def _observe(
-        self, router: ModelRouter, variant: Variant, ctx: RequestContext, error: bool
+    def observe(
+        self, router: ModelRouter, variant: Variant, ctx: RequestContext, *, error: bool
     ) -> None:
         model = router.name
-        self.metrics.variant_requests.labels(model, variant.name, "error" if error else "ok").inc()
+        self.metrics.variant_request(model, variant.name, "error" if error else "ok").inc()
         ttft = ctx.time_to_first_byte
         if ttft is not None and not error:
-            self.metrics.variant_ttft.labels(model, variant.name).observe(ttft)
+            self.metrics.variant_first_token(model, variant.name).observe(ttft)
             rate = _output_tokens_per_second(ctx)
             if rate is not None:
-                self.metrics.variant_tokens_per_second.labels(model, variant.name).observe(rate)
+                self.metrics.variant_speed(model, variant.name).observe(rate)
         router.observe(variant, error, None if error else ttft)
 
     def on_rollback(self, router: ModelRouter) -> Callable[[Variant, str], None]:
@@ -162,6 +139,57 @@ class Routing:
             self.metrics.variant_weight.labels(router.name, variant.name).set(0)
 
         return rolled_back
+
+
+class Serving:
+    """``async with routing.serve(...) as attempt``: the answering attempt; on the way out, the
+    variant's outcome (error or not, time to first token) for its metrics and rollback window.
+    A request the client abandoned gives no verdict."""
+
+    __slots__ = ("_connection", "_ctx", "_plan", "_router", "_routing", "attempt")
+
+    def __init__(
+        self,
+        routing: Routing,
+        router: ModelRouter,
+        plan: RoutePlan,
+        ctx: RequestContext,
+        connection: Connection,
+    ) -> None:
+        self._routing = routing
+        self._router = router
+        self._plan = plan
+        self._ctx = ctx
+        self._connection = connection
+
+    async def __aenter__(self) -> Attempt:
+        ctx, variant = self._ctx, self._plan.variant
+        try:
+            attempt = await self._connection.__aenter__()
+        except GatewayError:
+            self._routing.observe(self._router, variant, ctx, error=True)
+            raise
+        self._routing.metrics.decision(
+            self._router.name, variant.name, attempt.pool.name, ctx.routing_reason or ""
+        ).inc()
+        self.attempt = attempt
+        return attempt
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._connection.__aexit__(exc_type, exc, tb)
+        ctx = self._ctx
+        if exc_type is None:
+            error = self.attempt.response.status >= 500 or ctx.error_code is not None
+        elif issubclass(exc_type, GatewayError):
+            error = True
+        else:  # cancelled (the client left) or a bug: no verdict on the variant
+            return
+        self._routing.observe(self._router, self._plan.variant, ctx, error=error)
 
 
 def _output_tokens_per_second(ctx: RequestContext) -> float | None:
