@@ -16,11 +16,13 @@ Created and rotated keys carry their secret (``"key"``) in that one response; li
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import orjson
 from pydantic import BaseModel, ValidationError
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -29,8 +31,15 @@ from gateway.auth.manage import InvalidSpec, KeySpec, RotateSpec, TenantSpec, Un
 from gateway.auth.service import AuthService
 from gateway.auth.store import RecordExists
 from gateway.config import format_validation_error
-from gateway.errors import Conflict, InvalidJSON, InvalidParameter, NotFound
+from gateway.errors import (
+    Conflict,
+    InvalidJSON,
+    InvalidParameter,
+    KeyStoreUnavailable,
+    NotFound,
+)
 
+logger = logging.getLogger(__name__)
 SpecT = TypeVar("SpecT", bound=BaseModel)
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -122,6 +131,9 @@ def _translated(endpoint: Endpoint) -> Endpoint:
             raise Conflict(str(err)) from None
         except InvalidSpec as err:
             raise InvalidParameter(str(err)) from None
+        except (SQLAlchemyError, OSError) as err:  # the message may hold SQL parameters: unlogged
+            logger.error("admin API: key store failed: %s", type(err).__name__)
+            raise KeyStoreUnavailable("The key store is unavailable; try again shortly.") from None
 
     return call
 

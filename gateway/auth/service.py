@@ -8,6 +8,7 @@ await auth.stop()
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from gateway.auth.authenticator import Authenticator
@@ -16,6 +17,8 @@ from gateway.auth.keys import KeyHasher
 from gateway.auth.manage import KeyManager
 from gateway.auth.store import AuthStore
 from gateway.storage import Database, StorageConfig
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -41,4 +44,7 @@ class AuthService:
 
 def build_auth(auth: AuthConfig, storage: StorageConfig, database: Database) -> AuthService | None:
     """The service, or None when ``auth.enabled`` is false (no keys asked, every model visible)."""
-    return AuthService.build(auth, storage, database) if auth.enabled else None
+    if not auth.enabled:
+        logger.warning("authentication is off (auth.enabled: false): every caller is anonymous")
+        return None
+    return AuthService.build(auth, storage, database)
