@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Protocol, TypeVar
@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 import orjson
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, set_span_in_context
+from opentelemetry.util.types import AttributeValue
 
 from gateway.context import RequestContext
 from gateway.errors import GatewayError
@@ -157,36 +158,31 @@ class _Attempt:
         return self._wall_ns + int((perf - self.sent_at) * 1e9)
 
     def _describe(self, span: Span, exc: BaseException | None, answered: bool) -> None:
+        # One dict, one set_attributes: each SDK call takes a lock and validates.
         request, ctx = self._request, self._ctx
         where = urlsplit(self._url)
-        span.set_attributes(
-            {
-                attr.OPERATION_NAME: GEN_AI_OPERATION[request.operation],
-                attr.PROVIDER_NAME: self._tracing.config.provider_name,
-                attr.REQUEST_MODEL: request.model,
-                attr.REQUEST_STREAM: request.stream,
-                attr.SERVER_ADDRESS: where.hostname or "",
-                attr.REPLICA: self._url,
-                attr.REQUEST_ID: ctx.request_id,
-            }
-        )
-        if where.port is not None:
-            span.set_attribute(attr.SERVER_PORT, where.port)
-        if request.max_tokens is not None:
-            span.set_attribute(attr.REQUEST_MAX_TOKENS, request.max_tokens)
-        for key, value in request_facts(ctx).items():
-            if value is not None:
-                span.set_attribute(key, value)
+        found: dict[str, AttributeValue | None] = {
+            attr.OPERATION_NAME: GEN_AI_OPERATION[request.operation],
+            attr.PROVIDER_NAME: self._tracing.config.provider_name,
+            attr.REQUEST_MODEL: request.model,
+            attr.REQUEST_STREAM: request.stream,
+            attr.REQUEST_MAX_TOKENS: request.max_tokens,
+            attr.SERVER_ADDRESS: where.hostname or "",
+            attr.SERVER_PORT: where.port,
+            attr.REPLICA: self._url,
+            attr.REQUEST_ID: ctx.request_id,
+            attr.HTTP_STATUS: self.status or None,
+            **request_facts(ctx),
+        }
         if self._tracing.config.capture_content:
-            span.set_attribute(attr.INPUT_MESSAGES, self._content())
+            found[attr.INPUT_MESSAGES] = self._content()
         if answered and ctx.meter is not None:
-            _describe_response(span, ctx.meter)
-        if self.status:
-            span.set_attribute(attr.HTTP_STATUS, self.status)
+            found.update(_response_facts(ctx.meter))
         error = _error_type(exc, ctx if answered else None, self.status)
         if error is not None:
-            span.set_attribute(attr.ERROR_TYPE, error)
+            found[attr.ERROR_TYPE] = error
             span.set_status(Status(StatusCode.ERROR, error))
+        span.set_attributes({k: v for k, v in found.items() if v is not None})
 
     def _content(self) -> str:
         payload = self._request.payload
@@ -196,58 +192,70 @@ class _Attempt:
 
     def _phase_spans(self, parent: Span, phases: Phases) -> None:
         tracer, context = self._tracing.tracer, set_span_in_context(parent)
-        measured = {attr.PHASE_MEASURED: phases.measured}
+        tokens = _token_facts(phases)
         if not phases.split:
-            whole = tracer.start_span(
-                "generate", context, start_time=self._ns(phases.sent_at), attributes=measured
+            whole = {
+                **tokens,
+                attr.TOKENS_PER_SECOND_LOWER_BOUND: phases.tokens_per_second_lower_bound,
+            }
+            span = tracer.start_span(
+                "generate", context, attributes=_present(whole), start_time=self._ns(phases.sent_at)
             )
-            _set_tokens(whole, phases)
-            if phases.tokens_per_second_lower_bound is not None:
-                whole.set_attribute(
-                    attr.TOKENS_PER_SECOND_LOWER_BOUND, phases.tokens_per_second_lower_bound
-                )
-            whole.end(end_time=self._ns(phases.ended_at))
+            span.end(end_time=self._ns(phases.ended_at))
             return
         assert phases.first_token_at is not None and phases.last_token_at is not None
-        prefill = tracer.start_span(
-            "prefill", context, start_time=self._ns(phases.sent_at), attributes=measured
+        prefill = {
+            attr.PHASE_MEASURED: phases.measured,
+            attr.USAGE_INPUT_TOKENS: phases.input_tokens,
+        }
+        span = tracer.start_span(
+            "prefill", context, attributes=_present(prefill), start_time=self._ns(phases.sent_at)
         )
-        if phases.input_tokens is not None:
-            prefill.set_attribute(attr.USAGE_INPUT_TOKENS, phases.input_tokens)
-        prefill.end(end_time=self._ns(phases.first_token_at))
-        decode = tracer.start_span(
-            "decode", context, start_time=self._ns(phases.first_token_at), attributes=measured
+        span.end(end_time=self._ns(phases.first_token_at))
+        decode = {
+            **tokens,
+            attr.CONTENT_CHUNKS: phases.content_chunks,
+            attr.TOKENS_PER_SECOND: phases.tokens_per_second,
+        }
+        span = tracer.start_span(
+            "decode",
+            context,
+            attributes=_present(decode),
+            start_time=self._ns(phases.first_token_at),
         )
-        _set_tokens(decode, phases)
-        decode.set_attribute(attr.CONTENT_CHUNKS, phases.content_chunks)
-        if phases.tokens_per_second is not None:
-            decode.set_attribute(attr.TOKENS_PER_SECOND, phases.tokens_per_second)
-        decode.end(end_time=self._ns(phases.last_token_at))
+        span.end(end_time=self._ns(phases.last_token_at))
 
 
-def _set_tokens(span: Span, phases: Phases) -> None:
-    if phases.output_tokens is not None:
-        span.set_attribute(attr.USAGE_OUTPUT_TOKENS, phases.output_tokens)
-        span.set_attribute(
-            attr.USAGE_SOURCE, "upstream" if phases.usage_from_upstream else "content_chunks"
-        )
+def _present(facts: Mapping[str, AttributeValue | None]) -> dict[str, AttributeValue]:
+    return {k: v for k, v in facts.items() if v is not None}
 
 
-def _describe_response(span: Span, meter: StreamMeter) -> None:
-    if meter.response_id:
-        span.set_attribute(attr.RESPONSE_ID, meter.response_id)
-    if meter.response_model:
-        span.set_attribute(attr.RESPONSE_MODEL, meter.response_model)
-    if meter.finish_reasons:
-        span.set_attribute(attr.RESPONSE_FINISH_REASONS, meter.finish_reasons)
+def _token_facts(phases: Phases) -> dict[str, AttributeValue | None]:
+    if phases.output_tokens is None:
+        return {attr.PHASE_MEASURED: phases.measured}
+    source = "upstream" if phases.usage_from_upstream else "content_chunks"
+    return {
+        attr.PHASE_MEASURED: phases.measured,
+        attr.USAGE_OUTPUT_TOKENS: phases.output_tokens,
+        attr.USAGE_SOURCE: source,
+    }
+
+
+def _response_facts(meter: StreamMeter) -> dict[str, AttributeValue | None]:
     usage = meter.usage or {}
+    facts: dict[str, AttributeValue | None] = {
+        attr.RESPONSE_ID: meter.response_id or None,
+        attr.RESPONSE_MODEL: meter.response_model or None,
+        attr.RESPONSE_FINISH_REASONS: meter.finish_reasons or None,
+    }
     for key, name in (
         (attr.USAGE_INPUT_TOKENS, "prompt_tokens"),
         (attr.USAGE_OUTPUT_TOKENS, "completion_tokens"),
     ):
         value = usage.get(name)
         if isinstance(value, int):
-            span.set_attribute(key, value)
+            facts[key] = value
+    return facts
 
 
 def _error_type(exc: BaseException | None, ctx: RequestContext | None, status: int) -> str | None:
