@@ -60,8 +60,13 @@ class AuthMiddleware:
         self.public = public
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in self.public:
+        if scope["type"] == "lifespan" or (
+            scope["type"] == "http" and scope["path"] in self.public
+        ):
             await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":  # no websocket route takes keys: refuse, do not pass
+            await send({"type": "websocket.close", "code": 1008})
             return
         ctx = context_of(scope)
         token = presented_token(scope)

@@ -1,0 +1,106 @@
+"""The auth middleware at the ASGI level, around a real authenticator and store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.auth.authenticator import Authenticator
+from gateway.auth.config import AuthConfig
+from gateway.auth.keys import KeyHasher
+from gateway.auth.manage import KeyManager, KeySpec, TenantSpec
+from gateway.auth.middleware import AuthMiddleware, public_paths
+from gateway.auth.store import AuthStore
+from gateway.context import SCOPE_KEY, RequestContext
+from gateway.storage import Database
+
+HASHER = KeyHasher(b"unit-test-hash-secret")
+
+
+class Inner:
+    """The app behind the middleware: records the scopes that reached it."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        self.seen.append(scope)
+
+
+class Sent:
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+
+    async def __call__(self, message: Any) -> None:
+        self.messages.append(message)
+
+
+@pytest.fixture
+async def setup(migrated: Database) -> tuple[AuthMiddleware, Inner, str, str]:
+    store = AuthStore(migrated)
+    manager = KeyManager(store, HASHER)
+    await manager.create_tenant(TenantSpec(id="acme"))
+    token = (await manager.create_key("acme", KeySpec(name="k"))).token
+    admin = (await manager.create_admin_key("ops")).token
+    inner = Inner()
+    auth = Authenticator(store, HASHER, AuthConfig())
+    middleware = AuthMiddleware(inner, authenticator=auth, public=public_paths(AuthConfig()))
+    return middleware, inner, token, admin
+
+
+def _http(path: str, *headers: tuple[bytes, bytes]) -> dict[str, Any]:
+    return {
+        "type": "http",
+        "path": path,
+        "headers": list(headers),
+        SCOPE_KEY: RequestContext("rid", 0.0),
+    }
+
+
+async def test_a_valid_key_reaches_the_app_with_its_principal(setup: Any) -> None:
+    middleware, inner, token, _ = setup
+    scope = _http("/v1/chat/completions", (b"authorization", f"Bearer {token}".encode()))
+    await middleware(scope, None, Sent())
+    ctx = scope[SCOPE_KEY]
+    assert inner.seen == [scope]
+    assert ctx.principal is not None and ctx.tenant_id == "acme"
+    assert ctx.key_public_id == token.split("-")[2]
+
+
+async def test_refusals_are_rendered_here_and_stop_the_request(setup: Any) -> None:
+    middleware, inner, token, admin = setup
+    cases = [
+        (_http("/v1/models"), 401, "invalid_api_key"),
+        (_http("/nowhere", (b"api-key", b"sk-wrong")), 401, "invalid_api_key"),
+        (_http("/admin/keys", (b"api-key", token.encode())), 403, "permission_denied"),
+        (_http("/v1/models", (b"api-key", admin.encode())), 401, "invalid_api_key"),
+    ]
+    for scope, status, code in cases:
+        sent = Sent()
+        await middleware(scope, None, sent)
+        assert sent.messages[0]["status"] == status
+        assert orjson.loads(sent.messages[1]["body"])["error"]["code"] == code
+        assert scope[SCOPE_KEY].error_code == code
+    assert inner.seen == []
+
+
+async def test_admin_keys_open_admin_routes(setup: Any) -> None:
+    middleware, inner, _, admin = setup
+    scope = _http("/admin/tenants", (b"authorization", f"Bearer {admin}".encode()))
+    await middleware(scope, None, Sent())
+    assert inner.seen == [scope]
+    assert scope[SCOPE_KEY].principal is None
+
+
+async def test_public_paths_and_lifespan_pass_websockets_do_not(setup: Any) -> None:
+    middleware, inner, _, _ = setup
+    for path in ("/healthz", "/readyz", "/metrics", "/openapi.json"):
+        await middleware(_http(path), None, Sent())
+    await middleware({"type": "lifespan"}, None, Sent())
+    assert len(inner.seen) == 5
+    sent = Sent()
+    await middleware({"type": "websocket", "path": "/healthz", "headers": []}, None, sent)
+    assert sent.messages == [{"type": "websocket.close", "code": 1008}]
+    assert len(inner.seen) == 5
