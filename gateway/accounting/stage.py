@@ -32,7 +32,7 @@ from gateway.limits.admission import RateLimiter, Reservation
 from gateway.proxy.parse import Operation, ParsedRequest
 from gateway.storage.database import Database
 
-CLIENT_CLOSED_REQUEST = 499
+CLIENT_CLOSED_REQUEST = 499  # as the handler records a client that left (nginx's convention)
 
 
 class AccountingMetrics:
@@ -55,7 +55,6 @@ class Accounting:
         self.limiter = limiter
         self.metrics = AccountingMetrics(registry)
         self.ledger: Ledger | None = None
-        self._wall_offset = time.time() - time.perf_counter()
 
     async def start(self, database: Database | None) -> None:
         """Start the ledger writer on the shared store (no store: no ledger)."""
@@ -134,9 +133,10 @@ class Accounting:
         meter = ctx.meter
         first = None if meter is None else meter.first_token_at
         now = time.perf_counter()
+        elapsed = now - ctx.started  # ctx.started is on the perf_counter clock
         self.ledger.record(
             UsageRow(
-                created_at=self._wall_offset + ctx.started,
+                created_at=time.time() - elapsed,
                 request_id=ctx.request_id,
                 tenant_id=ctx.tenant_id,
                 key_id=ctx.key_public_id,
@@ -147,7 +147,7 @@ class Accounting:
                 output_tokens=usage.output_tokens,
                 cached_tokens=usage.cached_tokens,
                 ttft_ms=None if first is None else (first - ctx.started) * 1000,
-                duration_ms=(now - ctx.started) * 1000,
+                duration_ms=elapsed * 1000,
                 status=status or (CLIENT_CLOSED_REQUEST if ctx.client_disconnected else 0),
                 partial=usage.partial,
             )
