@@ -1,0 +1,19 @@
+"""Routing: which variant, pool and replica serves a request, and what happens when one is sick.
+
+- ``config``: the models' routing config (variants, pools by role, length policy, canary rollback,
+  breakers, retries), strict and validated with the key's path in every error.
+- ``router``: per model, the sticky weighted variant choice and the pool order (PD at or over
+  ``pd_threshold_tokens`` prompt tokens, colocated under it, the other one as failover).
+- ``dispatch``: replica choice, failover past unhealthy or saturated pools, retries on connect
+  errors and 5xx before any byte reached the client, within a retry budget.
+- ``pools`` / ``breaker``: replicas, active health checks, a circuit breaker per replica.
+- ``canary``: rendezvous hashing of keys onto weighted variants; the sliding window and the
+  rollback rule (error rate or p95 time to first token worse than the baseline's by a margin).
+- ``service``: the route stage the handler calls; ``table`` builds it all from a config;
+  ``reload``: SIGHUP and ``POST /admin/routing/reload``; ``admin``: ``/admin/routing``.
+
+Every response says how it was served: ``x-gateway-pool``, ``x-gateway-variant`` and
+``x-gateway-route-reason`` (``prompt_long``, ``prompt_short``, ``output_long``, ``hint``,
+``single_pool``, plus ``+failover_unhealthy|saturated|failed`` or ``+unavailable``), the same in
+the access log (with ``prompt_tokens``), metrics and spans.
+"""
