@@ -31,6 +31,8 @@ class RequestContext:
     """The authenticated key: its tenant, models and limits (None when auth is off)."""
     variant: str | None = None
     routing_reason: str | None = None
+    trace_id: str | None = None
+    """The request's trace (32 hex digits) when it was sampled: the log line that finds it."""
     prompt_tokens: int | None = None
     """Counted once (gateway/accounting/tokens.py) for admission and routing alike."""
     meter: StreamMeter | None = None

@@ -89,6 +89,7 @@ class RequestIdMiddleware:
                         "variant": ctx.variant,
                         "routing_reason": ctx.routing_reason,
                         "prompt_tokens": ctx.prompt_tokens,
+                        "trace_id": ctx.trace_id,
                     }
                 },
             )

@@ -84,6 +84,7 @@ class ServerSpanMiddleware:
 
 def describe_request(span: Span, scope: Scope, ctx: RequestContext) -> None:
     """The request's facts as attributes; only for spans being recorded (sampled)."""
+    ctx.trace_id = f"{span.get_span_context().trace_id:032x}"  # for the access log
     span.set_attributes(
         {
             attr.HTTP_METHOD: scope["method"],

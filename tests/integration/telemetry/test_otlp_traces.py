@@ -102,6 +102,10 @@ def test_streamed_request_is_one_trace_with_prefill_and_decode(
     assert 11 * ITL_MS / 1000 <= decode.duration_s < 11 * ITL_MS / 1000 + 0.25, decode.duration_s
     assert prefill.start_ns == client_span.start_ns and prefill.end_ns == decode.start_ns
 
+    # The access log line of the request names its trace.
+    (logged,) = [e for e in traced_gateway.access_log() if e["request_id"] == "traced-stream-1"]
+    assert logged["trace_id"] == server.trace_id
+
     # The upstream was told about this attempt's span.
     _, trace_id, parent_id, flags = upstream_traceparent(sim, "traced-stream-1").split("-")
     assert (trace_id, parent_id) == (client_span.trace_id, client_span.span_id)

@@ -56,12 +56,14 @@ async def test_incoming_traceparent_is_continued_and_the_span_is_current(
         traced_paths=[CHAT],
     )
     header = f"00-{TRACE_ID}-{PARENT_ID}-01".encode()
-    await run(middleware, scope_for(CHAT, [(b"traceparent", header)]))
+    scope = scope_for(CHAT, [(b"traceparent", header)])
+    await run(middleware, scope)
     (span,) = exporter.get_finished_spans()
     assert span.name == "POST /v1/chat/completions" and span.kind is SpanKind.SERVER
     assert f"{span.context.trace_id:032x}" == TRACE_ID
     assert span.parent is not None and f"{span.parent.span_id:016x}" == PARENT_ID
     assert seen[0].get_span_context() == span.context
+    assert scope[SCOPE_KEY].trace_id == TRACE_ID  # for the access log
     assert span.attributes["http.response.status_code"] == 200
     assert span.attributes["gateway.request_id"] == "req-9"
     assert span.attributes["gateway.tenant"] == "acme"
