@@ -45,7 +45,7 @@ def refusal_error(refusal: Refusal) -> RateLimited:
     """The 429, with ``retry-after``/``retry-after-ms`` when waiting will help (the SDKs obey)."""
     subject = refusal.subject
     where = f"{refusal.limit_name} on {subject.scope} {subject.id}"
-    cls = RateLimited if refusal.limit_name.startswith("requests") else TokensRateLimited
+    cls = TokensRateLimited if "tokens" in refusal.limit_name else RateLimited
     if refusal.retry_after is None:
         return cls(
             f"Request too large for {where}: Limit {refusal.limit}, Requested "
