@@ -5,7 +5,8 @@ keeps serving. A valid one is swapped in at once: unchanged pools keep their obj
 health, breakers, outstanding counts); new or changed pools get their own clients; a replaced
 pool is retired, and its client closes only once its last in-flight request has finished, so
 streams in progress are not dropped. Routers carry their variants' rollbacks and windows over
-unless the operator changed that variant. ``server`` settings need a restart::
+unless the operator changed that variant. Only the routing sections are reloaded (pools,
+models, tokenizer, retries); the others need a restart::
 
     reloader = ConfigReloader(state, Path("gateway.yaml"))
     await reloader.reload()     # raises ConfigError, and changes nothing, if the file is bad
@@ -59,10 +60,9 @@ class ConfigReloader:
             logger.warning("config reloaded", extra={"fields": {"path": str(self.path)}})
             return config
 
-    async def _apply(self, config: GatewayConfig, counters: dict[str, TokenCounter]) -> None:
+    async def _apply(self, loaded: GatewayConfig, counters: dict[str, TokenCounter]) -> None:
         state = self.state
-        if config.server != state.config.server:
-            logger.warning("config reload: `server` settings change only on restart")
+        config = _routing_part(state.config, loaded)
         kept, fresh, retired = _diff_pools(state.pools, config)
         old_clients = {pool.name: state.clients[pool.name] for pool in retired}
         await state.open_pools(fresh.values())  # first health check before taking traffic
@@ -97,6 +97,26 @@ class ConfigReloader:
                 await self.reload()
 
         self._spawn(run())
+
+
+RELOADED_SECTIONS = ("pools", "models", "tokenizer", "retries")
+"""What a reload changes; the other sections (server, auth, storage, limits, ...) are read once
+at start-up by their own components, so they change only on restart."""
+
+
+def _routing_part(current: GatewayConfig, loaded: GatewayConfig) -> GatewayConfig:
+    """The running config with the reloaded sections of ``loaded``; warns about the others."""
+    ignored = [
+        name
+        for name in type(loaded).model_fields
+        if name not in RELOADED_SECTIONS and getattr(loaded, name) != getattr(current, name)
+    ]
+    if ignored:
+        logger.warning(
+            "config reload: these sections change only on restart",
+            extra={"fields": {"sections": ignored}},
+        )
+    return current.model_copy(update={name: getattr(loaded, name) for name in RELOADED_SECTIONS})
 
 
 def _diff_pools(

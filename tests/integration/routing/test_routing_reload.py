@@ -33,14 +33,16 @@ def two_pool_config(a_url: str, b_url: str, weights: tuple[float, float]) -> dic
     }
 
 
-def rewrite(gw: GatewayProcess, tmp_path: Path, config: dict[str, Any] | str) -> None:
-    """Replace the running gateway's config file (keeping its server section)."""
+def rewrite(
+    gw: GatewayProcess, tmp_path: Path, config: dict[str, Any] | str, **server: Any
+) -> None:
+    """Replace the running gateway's config file (keeping its server section, plus ``server``)."""
     path = tmp_path / f"gateway-{gw.port}.yaml"
     if isinstance(config, str):
         path.write_text(config)
         return
-    server = yaml.safe_load(path.read_text())["server"]
-    path.write_text(yaml.safe_dump({**config, "server": server}))
+    running = yaml.safe_load(path.read_text())["server"]
+    path.write_text(yaml.safe_dump({**config, "server": {**running, **server}}))
 
 
 def variant_of(gw: GatewayProcess, user: str = "u") -> str:
@@ -94,10 +96,11 @@ def test_admin_reload_reports_refusal_then_applies(tmp_path: Path) -> None:
         )
         assert variant_of(gw) == "stable"
 
-        rewrite(gw, tmp_path, two_pool_config(a.url, b.url, (0, 1)))
+        rewrite(gw, tmp_path, two_pool_config(a.url, b.url, (0, 1)), max_body_bytes=10)
         applied = httpx.post(gw.url + "/admin/routing/reload", timeout=10)
         assert applied.status_code == 200 and applied.json()["status"] == "reloaded"
-        assert variant_of(gw) == "next"
+        assert variant_of(gw) == "next"  # routing changed; a 10-byte body limit did not
+        assert "these sections change only on restart" in gw.logs()
         metrics = httpx.get(gw.url + "/metrics", timeout=5).text
         assert 'gateway_config_reloads_total{result="refused"} 1.0' in metrics
         assert 'gateway_config_reloads_total{result="applied"} 1.0' in metrics
@@ -155,4 +158,3 @@ def _replica(gw: GatewayProcess, pool: str) -> dict[str, Any]:
     state = httpx.get(gw.url + "/admin/routing", timeout=5).json()
     replica: dict[str, Any] = state["pools"][pool]["replicas"][0]
     return replica
-
