@@ -8,6 +8,8 @@ from pathlib import Path
 import openai
 import pytest
 
+from gateway.accounting.tokens import TokenizerConfig, build_token_counter
+from gateway.proxy.parse import Operation
 from tests.gatewayproc import start_gateway
 from tests.integration.routing.conftest import (
     LONG,
@@ -15,6 +17,7 @@ from tests.integration.routing.conftest import (
     SHORT,
     SIM_ARGS,
     STEERING,
+    THRESHOLD,
     chat,
     length_routed_config,
 )
@@ -41,6 +44,26 @@ def test_short_to_colocated_long_to_pd(
             ("pd", "prompt_long"),
         ]
         assert logged[0]["prompt_tokens"] < 200 <= logged[1]["prompt_tokens"]
+
+
+def test_threshold_edge_through_the_gateway(
+    pd_sim: SimProcess, colo_sim: SimProcess, tmp_path: Path
+) -> None:
+    counter = build_token_counter(TokenizerConfig())  # what the gateway is configured with
+    words = ["lorem"]
+    while counter.count_request(Operation.CHAT, {"messages": _user(words)}) < THRESHOLD:
+        words.append("lorem")
+    at_threshold, just_under = _user(words), _user(words[:-1])
+    assert counter.count_request(Operation.CHAT, {"messages": just_under}) == THRESHOLD - 1
+    with start_gateway(length_routed_config(pd_sim.url, colo_sim.url), tmp_path) as gw:
+        assert chat(gw.base_url, at_threshold).headers["x-gateway-pool"] == "pd"
+        assert chat(gw.base_url, just_under).headers["x-gateway-pool"] == "colo"
+        counted = [e["prompt_tokens"] for e in gw.access_log() if e["prompt_tokens"]]
+        assert counted == [THRESHOLD, THRESHOLD - 1]
+
+
+def _user(words: list[str]) -> list[dict[str, str]]:
+    return [{"role": "user", "content": " ".join(words)}]
 
 
 def test_trusted_hint_overrides_length(
