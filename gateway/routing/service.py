@@ -125,7 +125,7 @@ class Routing:
     ) -> None:
         model = router.name
         self.metrics.variant_request(model, variant.name, "error" if error else "ok").inc()
-        ttft = ctx.time_to_first_byte
+        ttft = _time_to_first_token(ctx)
         if ttft is not None and not error:
             self.metrics.variant_first_token(model, variant.name).observe(ttft)
             rate = _output_tokens_per_second(ctx)
@@ -190,6 +190,14 @@ class Serving:
         else:  # cancelled (the client left) or a bug: no verdict on the variant
             return
         self._routing.observe(self._router, self._plan.variant, ctx, error=error)
+
+
+def _time_to_first_token(ctx: RequestContext) -> float | None:
+    """A stream's first content token as the meter saw it; else (a whole answer) the first byte."""
+    meter = ctx.meter
+    if meter is not None and meter.first_token_at is not None:
+        return meter.first_token_at - ctx.started
+    return ctx.time_to_first_byte
 
 
 def _output_tokens_per_second(ctx: RequestContext) -> float | None:
