@@ -6,7 +6,8 @@
 
 The server runs as the ``postgres`` user (initdb and postgres refuse to run as root) from a
 temporary folder that it owns, with fsync off: test data is thrown away. Debian's ``postgresql``
-package provides the binaries (``POSTGRES_BIN`` overrides where they are).
+package provides the binaries (found under /usr/lib/postgresql/<version>/bin; ``POSTGRES_BIN``
+overrides).
 """
 
 from __future__ import annotations
@@ -23,16 +24,27 @@ from pathlib import Path
 
 from tests.gatewayproc import free_port
 
-DEFAULT_BIN = "/usr/lib/postgresql/15/bin"
+DEBIAN_ROOT = "/usr/lib/postgresql"
 SUPERUSER = "postgres"
 
 
 def postgres_bin() -> Path:
-    return Path(os.environ.get("POSTGRES_BIN", DEFAULT_BIN))
+    """$POSTGRES_BIN, else the newest Debian install (15 on bookworm, 17 on trixie, ...)."""
+    if "POSTGRES_BIN" in os.environ:
+        return Path(os.environ["POSTGRES_BIN"])
+    installed = sorted(
+        (p.parent for p in Path(DEBIAN_ROOT).glob("*/bin/postgres")),
+        key=lambda bin_dir: int(bin_dir.parent.name) if bin_dir.parent.name.isdigit() else 0,
+    )
+    return installed[-1] if installed else Path(DEBIAN_ROOT, "15", "bin")
 
 
-def postgres_available() -> bool:
-    return (postgres_bin() / "postgres").exists()
+def _require_binaries() -> None:
+    if not (postgres_bin() / "postgres").exists():
+        raise RuntimeError(
+            f"no PostgreSQL server under {postgres_bin()}: apt-get install -y postgresql "
+            "(or set POSTGRES_BIN to the folder holding initdb, postgres, pg_isready, psql)"
+        )
 
 
 class PostgresServer:
@@ -106,6 +118,7 @@ def _wait_ready(server: PostgresServer, timeout: float) -> None:
 
 def spawn_postgres(timeout: float = 60.0) -> PostgresServer:
     """Start a server; the caller must call ``.stop()``."""
+    _require_binaries()
     root = Path(tempfile.mkdtemp(prefix="pgserver-"))
     shutil.chown(root, SUPERUSER, SUPERUSER)
     try:
