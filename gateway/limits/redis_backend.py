@@ -1,7 +1,7 @@
 """The Redis limiter backend: one set of counters shared by every gateway replica.
 
-Each admission is one ``EVALSHA`` of an atomic script (see ``redis_script.py``); each settlement
-another, sent from a background task so a request that is being torn down still settles and the
+Each admission is one ``EVALSHA`` of an atomic script (see ``redis_script.py``); settlements are
+sent in batches from a background task, so a request that is being torn down still settles and the
 response never waits for it. ``aclose`` waits for the settlements still on their way::
 
     limiter = RedisLimiter("redis://127.0.0.1:6379/0", prefix="pdgw:rl")
@@ -26,6 +26,7 @@ from gateway.limits.types import BackendUnavailable, Decision, Refusal, Subject,
 logger = logging.getLogger(__name__)
 
 NO_LIMIT = -1
+SETTLE_BATCH = 200
 
 
 class RedisLimiter:
@@ -52,7 +53,8 @@ class RedisLimiter:
         self._prefix = prefix
         self._lease = lease
         self._clock = clock  # None: Redis's own clock, the same for every replica
-        self._pending: set[asyncio.Task[None]] = set()
+        self._queue: list[tuple[Ticket, int]] = []
+        self._settler: asyncio.Task[None] | None = None
         self.settle_failures = 0
 
     def _keys(self, subjects: tuple[Subject, ...]) -> list[str]:
@@ -101,30 +103,37 @@ class RedisLimiter:
         return Decision(None, _refusal(subjects, states, tokens, now), requests, token_quota)
 
     def settle(self, ticket: Ticket, used_tokens: int) -> None:
-        task = asyncio.get_running_loop().create_task(self._send_settle(ticket, used_tokens))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        """Queue the settlement; one background task sends what queued up as one batch, so
+        under load a single script call settles many requests."""
+        self._queue.append((ticket, used_tokens))
+        if self._settler is None:
+            self._settler = asyncio.get_running_loop().create_task(self._settle_queued())
 
-    async def _send_settle(self, ticket: Ticket, used_tokens: int) -> None:
-        args: list[str | int | float] = [
-            self._now(),
-            ticket.tokens,
-            used_tokens,
-            ticket.request_id,
-            ticket.day,
-            len(ticket.subjects),
-        ]
-        for s in ticket.subjects:
-            args += [_arg(s.limits.tokens_per_minute), _arg(s.limits.daily_tokens)]
+    async def _settle_queued(self) -> None:
+        try:
+            while self._queue:
+                batch, self._queue = self._queue[:SETTLE_BATCH], self._queue[SETTLE_BATCH:]
+                await self._send_settle(batch)
+        finally:
+            self._settler = None
+
+    async def _send_settle(self, batch: list[tuple[Ticket, int]]) -> None:
+        keys: list[str] = []
+        args: list[str | int | float] = [self._now(), len(batch)]
+        for ticket, used in batch:
+            keys += self._keys(ticket.subjects)
+            args += [ticket.tokens, used, ticket.request_id, ticket.day, len(ticket.subjects)]
+            for s in ticket.subjects:
+                args += [_arg(s.limits.tokens_per_minute), _arg(s.limits.daily_tokens)]
         for attempt in range(3):
             try:
-                await self._settle(keys=self._keys(ticket.subjects), args=args)
+                await self._settle(keys=keys, args=args)
                 return
-            except RedisError as err:
+            except (RedisError, OSError) as err:
                 if attempt == 2:
-                    # The reservation stays taken until it refills; the slot until its lease ends.
-                    self.settle_failures += 1
-                    logger.warning("rate limit settlement lost: %s", err)
+                    # The reservations stay taken until they refill; the slots until their lease.
+                    self.settle_failures += len(batch)
+                    logger.warning("%d rate limit settlements lost: %s", len(batch), err)
                     return
                 await asyncio.sleep(0.05 * (attempt + 1))
 
@@ -135,8 +144,8 @@ class RedisLimiter:
             return False
 
     async def drain(self) -> None:
-        while self._pending:
-            await asyncio.gather(*self._pending, return_exceptions=True)
+        while self._settler is not None:
+            await asyncio.shield(self._settler)
 
     async def aclose(self) -> None:
         await self.drain()

@@ -12,7 +12,8 @@ ARGV of ACQUIRE: now|"", tokens, request id, lease, n, then n x (rpm, tpm, concu
 -1 for "no limit". Returns: admitted (0/1), now, day, then n x (rl, tl, in flight, day used),
 the state after taking (admitted) or before (refused); Python finds which limit refused with the
 same ``maths.check``.
-ARGV of SETTLE: now|"", reserved, used, request id, day, n, then n x (tpm, daily).
+SETTLE settles a batch of requests in one call: ARGV now|"", count, then per request: reserved,
+used, request id, day, n, and n x (tpm, daily); KEYS per request: its n hashes, its n sets.
 """
 
 from __future__ import annotations
@@ -113,29 +114,32 @@ return out
 SETTLE = (
     _COMMON
     + """
-local reserved = tonumber(ARGV[2])
-local used = tonumber(ARGV[3])
-local rid = ARGV[4]
-local day = tonumber(ARGV[5])
-local n = tonumber(ARGV[6])
-for i = 1, n do
-  local tpm, daily = tonumber(ARGV[6 + (i - 1) * 2 + 1]), tonumber(ARGV[6 + (i - 1) * 2 + 2])
-  local key = KEYS[i]
-  local h = redis.call('HMGET', key, 'tl', 'tt', 'day', 'du')
-  local need = 0
-  if tpm > 0 then
-    local tl = refill(tonumber(h[1]), tonumber(h[2]) or now, tpm)
-    tl = math.min(tpm, tl + reserved - used)
-    redis.call('HSET', key, 'tl', tl, 'tt', now)
-    need = (tpm - tl) * PERIOD / tpm
+local a, k = 3, 1  -- the next ARGV and KEYS of the batch
+for _ = 1, tonumber(ARGV[2]) do
+  local reserved, used, rid = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), ARGV[a + 2]
+  local day, n = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+  a = a + 5
+  for i = 1, n do
+    local tpm, daily = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+    a = a + 2
+    local key = KEYS[k + i - 1]
+    local h = redis.call('HMGET', key, 'tl', 'tt', 'day', 'du')
+    local need = 0
+    if tpm > 0 then
+      local tl = refill(tonumber(h[1]), tonumber(h[2]) or now, tpm)
+      tl = math.min(tpm, tl + reserved - used)
+      redis.call('HSET', key, 'tl', tl, 'tt', now)
+      need = (tpm - tl) * PERIOD / tpm
+    end
+    if daily > 0 and tonumber(h[3]) == day then
+      redis.call('HSET', key, 'du', math.max(0, tonumber(h[4]) + used - reserved))
+      need = math.max(need, (day + 1) * DAY - now)
+    end
+    -- never shorten the expiry: the requests bucket may need longer to refill
+    if redis.call('TTL', key) < need + 1 then redis.call('EXPIRE', key, math.ceil(need) + 1) end
+    redis.call('ZREM', KEYS[k + n + i - 1], rid)
   end
-  if daily > 0 and tonumber(h[3]) == day then
-    redis.call('HSET', key, 'du', math.max(0, tonumber(h[4]) + used - reserved))
-    need = math.max(need, (day + 1) * DAY - now)
-  end
-  -- never shorten the expiry: the requests bucket may need longer to refill
-  if redis.call('TTL', key) < need + 1 then redis.call('EXPIRE', key, math.ceil(need) + 1) end
-  redis.call('ZREM', KEYS[n + i], rid)
+  k = k + 2 * n
 end
 return 1
 """

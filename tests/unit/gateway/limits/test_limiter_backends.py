@@ -152,3 +152,13 @@ async def test_headers_report_the_tightest_subject(limiter: LimiterBackend) -> N
 async def test_unlimited_subject_admits_everything(limiter: LimiterBackend) -> None:
     for _ in range(50):
         assert (await admit(limiter, key(), tokens=10**6)).ticket is not None
+
+
+async def test_many_settlements_at_once_are_all_applied(limiter: LimiterBackend) -> None:
+    k = key(tokens_per_minute=3000, concurrent_requests=300)
+    tickets = [ticket_of(await limiter.acquire((k,), 10, f"r{i}")) for i in range(300)]
+    assert (await admit(limiter, k, tokens=10)).ticket is None
+    for ticket in tickets:  # more than one batch of the Redis backend's settler
+        limiter.settle(ticket, 0)
+    await limiter.drain()
+    assert (await admit(limiter, k, tokens=3000)).ticket is not None
