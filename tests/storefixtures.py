@@ -6,7 +6,7 @@ PostgreSQL server is started once per session and every test gets a database of 
 
 from __future__ import annotations
 
-import itertools
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -15,8 +15,6 @@ import pytest
 from gateway.storage import Database, StorageConfig
 from gateway.storage.registry import all_migrations
 from tests.pgserver import PostgresServer, start_postgres
-
-_database_names = itertools.count()
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +28,7 @@ def sqlite_config(tmp_path: Path) -> StorageConfig:
 
 
 def postgres_config(server: PostgresServer) -> StorageConfig:
-    return StorageConfig(url=server.create_database(f"test_{next(_database_names)}"))
+    return StorageConfig(url=server.create_database(f"test_{uuid.uuid4().hex[:16]}"))
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
