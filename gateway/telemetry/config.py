@@ -39,3 +39,5 @@ class TracingConfig(BaseModel):
     capture_content: bool = False
     """Record prompt messages on upstream spans. Off by default: prompts may hold personal data."""
     max_content_chars: int = Field(4096, gt=0)
+    shutdown_timeout: float = Field(5.0, gt=0)
+    """Seconds the gateway waits at exit for queued spans to reach the collector."""

@@ -6,13 +6,14 @@ apps in one process, as in tests, never share spans.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from opentelemetry.propagators.textmap import TextMapPropagator
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased, Sampler, TraceIdRatioBased
 from opentelemetry.trace import NoOpTracer, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -32,11 +33,23 @@ class Tracing:
     propagator: TextMapPropagator
     config: TracingConfig
     provider: TracerProvider | None = None
+    exporter: SpanExporter | None = None
 
     def shutdown(self) -> None:
-        """Flush spans still queued for export and stop the exporter (no-op when disabled)."""
-        if self.provider is not None:
-            self.provider.shutdown()
+        """Flush spans still queued for export and stop the exporter (no-op when disabled).
+
+        Bounded by ``config.shutdown_timeout``: with the collector unreachable the exporter would
+        retry each batch for its whole export timeout, holding up the process's exit. Past the
+        bound the exporter is shut down, which ends its retries, and the rest is dropped.
+        """
+        if self.provider is None:
+            return
+        flushing = threading.Thread(target=self.provider.shutdown, name="otel-shutdown")
+        flushing.start()
+        flushing.join(self.config.shutdown_timeout)
+        if flushing.is_alive() and self.exporter is not None:
+            self.exporter.shutdown()
+            flushing.join(self.config.shutdown_timeout)
 
 
 def tracing_enabled(config: TracingConfig, env: Mapping[str, str]) -> bool:
@@ -55,7 +68,8 @@ def build_tracing(config: TracingConfig, env: Mapping[str, str]) -> Tracing:
     provider = TracerProvider(resource=_resource(config, env), sampler=_sampler(config))
     exporter = span_exporter(resolve_protocol(config.protocol, env), config.endpoint)
     provider.add_span_processor(BatchSpanProcessor(exporter))
-    return Tracing(provider.get_tracer(INSTRUMENTATION_NAME), propagator, config, provider)
+    tracer = provider.get_tracer(INSTRUMENTATION_NAME)
+    return Tracing(tracer, propagator, config, provider, exporter)
 
 
 def _resource(config: TracingConfig, env: Mapping[str, str]) -> Resource:

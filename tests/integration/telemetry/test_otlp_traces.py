@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import openai
 
-from tests.gatewayproc import GatewayProcess, start_gateway
+from tests.gatewayproc import GatewayProcess, free_port, start_gateway
 from tests.integration.telemetry.conftest import (
     CLIENT,
     EXPORT_ENV,
@@ -169,3 +170,19 @@ def test_spans_queued_at_shutdown_are_flushed(
         gateway.stop()  # SIGTERM: uvicorn shuts down (lifespan), then re-raises the signal
     spans = spans_of_request(receiver, "flushed-1", {f"embeddings {MODEL}"})
     assert one(spans, "POST /v1/embeddings").attributes["http.response.status_code"] == 200
+
+
+def test_an_unreachable_collector_does_not_hold_up_shutdown(sim: SimProcess, tmp: Path) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: every export attempt retries
+    config = telemetry_config(sim.url, enabled=True, endpoint=dead, shutdown_timeout=0.5)
+    with (
+        start_gateway(config, tmp, env=EXPORT_ENV) as gateway,
+        openai.OpenAI(base_url=gateway.base_url, api_key="x", max_retries=0) as client,
+    ):
+        client.completions.create(model=MODEL, prompt="x", max_tokens=2)
+        started = time.monotonic()
+        gateway.stop()
+        took = time.monotonic() - started
+    # The exporter alone would retry for its 10 s export timeout before letting the process go.
+    assert took < 6, took
+    assert "Application shutdown complete" in gateway.logs()
