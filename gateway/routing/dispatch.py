@@ -190,10 +190,10 @@ def _pick(plan: RoutePlan, tried: list[Replica]) -> tuple[Pool, str, str | None]
         else:
             why = "unhealthy"
         skipped = skipped or why
-    raise _NoPool(" and ".join(sorted({_why_all(pool, tried) for pool, _ in plan.pools})))
+    raise _NoPool(" and ".join(sorted({_why_not(pool) for pool, _ in plan.pools})))
 
 
-def _why_all(pool: Pool, tried: list[Replica]) -> str:
+def _why_not(pool: Pool) -> str:
     if pool.saturated:
         return f"pool {pool.name} saturated"
     return f"pool {pool.name} unavailable"

@@ -11,7 +11,6 @@ Everything it decides is written on the request context (``variant``, ``pool``, 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
 
@@ -73,12 +72,10 @@ class Routing:
         counters: Mapping[str, TokenCounter],
         dispatcher: Dispatcher,
         metrics: RoutingMetrics,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.counters = counters
         self.dispatcher = dispatcher
         self.metrics = metrics
-        self._clock = clock
 
     def serve(
         self,
@@ -101,13 +98,14 @@ class Routing:
     def _variant(
         self, router: ModelRouter, scope: Scope, ctx: RequestContext, request: ParsedRequest
     ) -> Variant:
-        forced = None if len(router.variants) == 1 else header(scope, FORCE_VARIANT_HEADER)
         if len(router.variants) == 1:
             variant = router.choose_variant(b"", None)  # no key needed to pick the only one
-        elif forced is not None and may_steer(router.policy, ctx):
-            variant = router.choose_variant(b"", forced.decode("latin-1"))
         else:
-            variant = router.choose_variant(sticky_key(scope, ctx, request), None)
+            forced = header(scope, FORCE_VARIANT_HEADER)
+            if forced is not None and may_steer(router.policy, ctx):
+                variant = router.choose_variant(b"", forced.decode("latin-1"))
+            else:
+                variant = router.choose_variant(sticky_key(scope, ctx, request), None)
         ctx.variant = variant.name
         return variant
 
