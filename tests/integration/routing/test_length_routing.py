@@ -10,7 +10,7 @@ import pytest
 
 from gateway.accounting.tokens import TokenizerConfig, build_token_counter
 from gateway.proxy.parse import Operation
-from tests.gatewayproc import start_gateway
+from tests.gatewayproc import GatewayProcess, start_gateway
 from tests.integration.routing.conftest import (
     LONG,
     MODEL,
@@ -38,6 +38,7 @@ def test_short_to_colocated_long_to_pd(
         assert long.headers["x-gateway-route-reason"] == "prompt_long"
         assert [r["body"]["messages"] for r in colo_sim.requests()] == [SHORT]
         assert [r["body"]["messages"] for r in pd_sim.requests()] == [LONG]
+        _counted(gw, 2)
         logged = [e for e in gw.access_log() if e["path"] == "/v1/chat/completions"]
         assert [(e["pool"], e["routing_reason"]) for e in logged] == [
             ("colo", "prompt_short"),
@@ -58,8 +59,17 @@ def test_threshold_edge_through_the_gateway(
     with start_gateway(length_routed_config(pd_sim.url, colo_sim.url), tmp_path) as gw:
         assert chat(gw.base_url, at_threshold).headers["x-gateway-pool"] == "pd"
         assert chat(gw.base_url, just_under).headers["x-gateway-pool"] == "colo"
+        assert _counted(gw, 2) == [THRESHOLD, THRESHOLD - 1]
+
+
+def _counted(gw: GatewayProcess, expected: int) -> list[int]:
+    """Prompt tokens from the access log, which is written just after the response ends."""
+    deadline = time.monotonic() + 5
+    while True:
         counted = [e["prompt_tokens"] for e in gw.access_log() if e["prompt_tokens"]]
-        assert counted == [THRESHOLD, THRESHOLD - 1]
+        if len(counted) >= expected or time.monotonic() > deadline:
+            return counted
+        time.sleep(0.05)
 
 
 def _user(words: list[str]) -> list[dict[str, str]]:
@@ -93,7 +103,10 @@ def test_stopped_pool_fails_over_without_client_errors_and_comes_back(
                 assert _served_by(client, LONG) == "colo"
                 assert _streamed_by(client, LONG) == "colo"
             reasons = {e["routing_reason"] for e in gw.access_log() if e["pool"] == "colo"}
-            assert reasons <= {"prompt_long+failover_failed", "prompt_long+failover_unhealthy"}
+            assert reasons and reasons <= {
+                "prompt_long+failover_failed",
+                "prompt_long+failover_unhealthy",
+            }
             pd_sim = spawn_sim(*SIM_ARGS, "--port", str(port))
             deadline = time.monotonic() + 10
             while _served_by(client, LONG) != "pd":
