@@ -58,7 +58,8 @@ class RedisLimiter:
         self.settle_failures = 0
 
     def _keys(self, subjects: tuple[Subject, ...]) -> list[str]:
-        hashes = [f"{self._prefix}:{s.name}" for s in subjects]
+        # One hash tag for every key: a script's keys must share a slot on Redis Cluster.
+        hashes = [f"{{{self._prefix}}}:{s.name}" for s in subjects]
         return hashes + [h + ":inflight" for h in hashes]
 
     def _now(self) -> str:
