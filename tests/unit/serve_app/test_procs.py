@@ -7,10 +7,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from serve_app import procs
+from serve_app.local import STATE_FILE, LocalState, local_down
 
 # A parent that starts a child and both sleep: a tree like the Ray driver's, in miniature.
 TREE = (
@@ -63,3 +65,25 @@ def test_a_finished_process_is_not_alive() -> None:
     recorded = procs.this_proc(done.pid)
     done.wait()
     assert recorded is None or not procs.alive(recorded)
+
+
+def test_local_down_stops_the_recorded_driver_and_its_descendants(
+    tree: subprocess.Popen[bytes], tmp_path: Path
+) -> None:
+    driver = procs.this_proc(tree.pid)
+    assert driver is not None
+    children = procs.descendants(tree.pid)
+    state = LocalState(
+        driver=driver,
+        processes=children,
+        http_port=1,
+        base_urls={},
+        model="m",
+        driver_log="-",
+        serve_config="-",
+    )
+    (tmp_path / STATE_FILE).write_text(state.model_dump_json())
+    assert local_down(tmp_path, timeout=10)
+    tree.wait(10)  # reap it: it is this test's child
+    assert not any(procs.alive(p) for p in children)
+    assert not (tmp_path / STATE_FILE).exists()
