@@ -4,9 +4,10 @@ against the simulator in no-delay mode, and the cost per request of each.
 Part 1 (in this process): the tracing work of one request alone (server span middleware around
 an upstream attempt with its prefill/decode spans from a metered 16-token stream), per mode, with
 spans exported over OTLP/HTTP to a real receiver. Part 2: the simulator, the OTLP receiver and wrk
-on core 0, one gateway worker on core 1 (``taskset``); for each mode, non-streaming and streaming,
-concurrency 64, ``--rounds`` interleaved runs. The gateway's core is saturated at concurrency 64,
-so 1/(requests/s) is its CPU time per request and the difference to "off" is what tracing costs.
+on core 0, one gateway worker per mode on core 1 (``taskset``); non-streaming and streaming,
+concurrency 64, ``--rounds`` interleaved runs. The cost per request is the gateway process's own
+CPU time (user + system from /proc, the exporter thread included) over the requests served:
+unlike requests/s it barely moves when other work shares the machine.
 
     .venv/bin/python loadtests/bench_tracing.py [--seconds 5] [--rounds 2] [--calls 20000]
 """
@@ -17,11 +18,13 @@ import argparse
 import asyncio
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +150,10 @@ async def _per_call(run: Callable[[], Awaitable[None]], calls: int) -> float:
     return min(rounds)
 
 
-def start_gateway(procs: Processes, sim: str, folder: Path, tracing: dict[str, Any]) -> str:
+def start_gateway(
+    procs: Processes, sim: str, folder: Path, tracing: dict[str, Any]
+) -> tuple[str, int]:
+    """One gateway worker on the proxy core; its URL and pid."""
     port = free_port()
     config = {
         "server": {"host": "127.0.0.1", "port": port, "workers": 1, "access_log": True},
@@ -160,33 +166,38 @@ def start_gateway(procs: Processes, sim: str, folder: Path, tracing: dict[str, A
     path = folder / f"gateway-{port}.yaml"
     path.write_text(yaml.safe_dump(config))
     log = (folder / f"gateway-{port}.log").open("wb")
+    command = [sys.executable, "-m", "gateway", "run", "--config", str(path)]
     proc = subprocess.Popen(
-        [
-            "taskset",
-            "-c",
-            PROXY_CORE,
-            sys.executable,
-            "-m",
-            "gateway",
-            "run",
-            "--config",
-            str(path),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
+        ["taskset", "-c", PROXY_CORE, *command], stdout=log, stderr=subprocess.STDOUT
     )
     procs.procs.append(proc)
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/healthz")
-    return url
+    return url, proc.pid
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (its threads included: the span exporter's too)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Run:
+    rps: float
+    cpu_us_per_request: float
 
 
 def http_runs(
     sim: str, endpoint: str, folder: Path, seconds: float, rounds: int
-) -> dict[tuple[str, str], list[float]]:
-    """requests/s per (mode, json|stream), one figure per round; gateways started per mode."""
+) -> dict[tuple[str, str], list[Run]]:
+    """Per (mode, json|stream), one Run per round; the modes' gateways run side by side.
+
+    requests/s moves with whatever else the machine runs; the gateway's own CPU time per request
+    (from /proc) is what tracing adds, and much less disturbed by neighbours.
+    """
     procs = Processes()
-    rps: dict[tuple[str, str], list[float]] = {}
+    runs: dict[tuple[str, str], list[Run]] = {}
     try:
         gateways = {
             mode: start_gateway(procs, sim, folder, {**cfg, "endpoint": endpoint} if cfg else {})
@@ -195,33 +206,37 @@ def http_runs(
         for _ in range(rounds):
             for stream in (False, True):
                 kind = "stream" if stream else "json"
-                for mode, url in gateways.items():
+                for mode, (url, pid) in gateways.items():
                     run_wrk(url, 64, 1, stream)  # warm-up
-                    figure, _, _, _ = run_wrk(url, 64, seconds, stream)
-                    rps.setdefault((mode, kind), []).append(figure)
-                    print(f"{mode:18} {kind:6} {figure:8,.0f} req/s", file=sys.stderr)
+                    time.sleep(0.3)  # let the exporter drain the warm-up's spans
+                    before = cpu_seconds(pid)
+                    rps, _, _, count = run_wrk(url, 64, seconds, stream)
+                    time.sleep(0.3)  # and this run's, so that their export is counted
+                    run = Run(rps, (cpu_seconds(pid) - before) / count * 1e6)
+                    runs.setdefault((mode, kind), []).append(run)
+                    print(f"{mode:18} {kind:6} {rps:8,.0f} req/s", file=sys.stderr)
     finally:
         procs.stop()
-    return rps
+    return runs
 
 
-def report(micro_us: dict[str, float], rps: dict[tuple[str, str], list[float]]) -> str:
+def report(micro_us: dict[str, float], runs: dict[tuple[str, str], list[Run]]) -> str:
     lines = ["In-process work per streamed request (16 tokens), best of 5 rounds:"]
     bare = micro_us["no tracing code"]
     for mode, us in micro_us.items():
         lines.append(f"  {mode:18} {us:7.1f} us  ({us - bare:+.1f} us)")
     lines += [
         "",
-        "| mode | kind | req/s (best of rounds) | all rounds | CPU us/request | added us/request |",
+        "Gateway (one worker, own core), concurrency 64, median of rounds:",
+        "| mode | kind | req/s | gateway CPU us/request | added us/request | rounds (req/s) |",
         "|---|---|---|---|---|---|",
     ]
-    for (mode, kind), figures in rps.items():
-        best, off = max(figures), max(rps[("off", kind)])
-        per_request, added = 1e6 / best, 1e6 / best - 1e6 / off
-        rounds = ", ".join(f"{f:,.0f}" for f in figures)
-        lines.append(
-            f"| {mode} | {kind} | {best:,.0f} | {rounds} | {per_request:.0f} | {added:+.0f} |"
-        )
+    for (mode, kind), mode_runs in runs.items():
+        rps = statistics.median(r.rps for r in mode_runs)
+        cpu = statistics.median(r.cpu_us_per_request for r in mode_runs)
+        off = statistics.median(r.cpu_us_per_request for r in runs[("off", kind)])
+        rounds = ", ".join(f"{r.rps:,.0f}" for r in mode_runs)
+        lines.append(f"| {mode} | {kind} | {rps:,.0f} | {cpu:.0f} | {cpu - off:+.0f} | {rounds} |")
     return "\n".join(lines)
 
 
@@ -257,16 +272,16 @@ def main() -> None:
         os.sched_setaffinity(0, {int(PROXY_CORE)})  # part 1 where the gateway will run
         micro_us = asyncio.run(micro(endpoint, args.calls))
         os.sched_setaffinity(0, {int(LOAD_CORE)})
-        rps: dict[tuple[str, str], list[float]] = {}
+        runs: dict[tuple[str, str], list[Run]] = {}
         if not args.skip_http:
             sim = start_sim(procs)
             wait_http(sim + "/health")
             with tempfile.TemporaryDirectory() as folder:
-                rps = http_runs(sim, endpoint, Path(folder), args.seconds, args.rounds)
+                runs = http_runs(sim, endpoint, Path(folder), args.seconds, args.rounds)
         spans = spans_received(receiver)
     finally:
         procs.stop()
-    print(report(micro_us, rps))
+    print(report(micro_us, runs))
     print(f"\nspans received by the OTLP receiver: {spans:,}")
 
 
