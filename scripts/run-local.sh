@@ -40,10 +40,19 @@ else
     --out "$STATE/gateway.yaml"
 fi
 
+# A tenant and a key for this machine (the key's secret is shown once, here).
+gw="$VENV/bin/pd-gateway"
+"$gw" tenants create --config "$STATE/gateway.yaml" local --name "This machine" --if-missing >/dev/null
+key=$("$gw" keys create --config "$STATE/gateway.yaml" --tenant local --name "run-$(date +%s)" \
+  --print-secret-only)
+
 cat <<MSG
 
   base URL:  http://127.0.0.1:$PORT/v1
+  API key:   $key
   config:    $STATE/gateway.yaml
+
+  python -c 'from openai import OpenAI; c = OpenAI(base_url="http://127.0.0.1:$PORT/v1", api_key="$key"); print(c.models.list())'
 MSG
 "$VENV/bin/pd-gateway" run --config "$STATE/gateway.yaml" &
 gateway_pid=$!
