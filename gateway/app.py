@@ -8,6 +8,7 @@ Nothing happens at import time; every piece of state hangs off the app built her
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,6 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway import errors
+from gateway.accesslog import AccessLog
 from gateway.accounting.ledger_sql import SqlLedgerStore
 from gateway.accounting.usage_api import usage_routes
 from gateway.admin.api import admin_routes
@@ -52,6 +54,7 @@ def create_app(
     """Build the gateway. ``upstream_factory`` makes the upstream client of each pool; with
     ``config_path`` (the file ``config`` came from) SIGHUP and the admin API reload it."""
     state = GatewayState.build(config, upstream_factory)
+    access_log = AccessLog(sys.stderr.fileno()) if config.server.access_log else None
     reloader = None if config_path is None else ConfigReloader(state, config_path)
 
     @asynccontextmanager
@@ -65,6 +68,8 @@ def create_app(
                     yield
         finally:
             await state.stop()
+            if access_log is not None:
+                access_log.close()
 
     routes = [
         *(Route("/v1/" + op.value, ProxyEndpoint(op, state), methods=["POST"]) for op in Operation),
@@ -82,9 +87,7 @@ def create_app(
     app = Starlette(
         routes=routes,
         middleware=[
-            Middleware(
-                RequestIdMiddleware, metrics=state.metrics, access_log=config.server.access_log
-            ),
+            Middleware(RequestIdMiddleware, metrics=state.metrics, access_log=access_log),
             Middleware(
                 ServerSpanMiddleware,
                 tracing=state.tracing,

@@ -8,8 +8,6 @@ from typing import Any
 
 import orjson
 
-ACCESS_LOGGER = "gateway.access"
-
 
 class JsonFormatter(logging.Formatter):
     """One JSON line per record; ``extra={"fields": {...}}`` adds fields."""

@@ -5,16 +5,15 @@ Pure ASGI rather than ``BaseHTTPMiddleware``, which buffers responses and slows 
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import time
 
 from starlette.types import ASGIApp
 
+from gateway.accesslog import AccessLog
 from gateway.asgi import Message, Receive, Scope, Send
 from gateway.context import SCOPE_KEY, RequestContext
-from gateway.logs import ACCESS_LOGGER
 from gateway.metrics import GatewayMetrics
 from gateway.routing.service import routing_headers
 
@@ -33,10 +32,12 @@ def request_id_from(scope: Scope) -> str:
 
 
 class RequestIdMiddleware:
-    def __init__(self, app: ASGIApp, *, metrics: GatewayMetrics, access_log: bool) -> None:
+    def __init__(
+        self, app: ASGIApp, *, metrics: GatewayMetrics, access_log: AccessLog | None
+    ) -> None:
         self.app = app
         self.metrics = metrics
-        self.logger = logging.getLogger(ACCESS_LOGGER) if access_log else None
+        self.access_log = access_log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -48,6 +49,8 @@ class RequestIdMiddleware:
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
+                if ctx.response_headers:  # the rate-limit quotas, on errors as on answers
+                    message["headers"] = [*message.get("headers", ()), *ctx.response_headers]
                 ctx.status = message["status"]
                 message["headers"] = [*message.get("headers", ()), id_header, *routing_headers(ctx)]
             await send(message)
@@ -67,29 +70,27 @@ class RequestIdMiddleware:
             self.metrics.duration.labels(model, pool).observe(elapsed)
             status_class = f"{ctx.status // 100}xx"
             self.metrics.tenant_requests.labels(ctx.tenant_id or "", status_class).inc()
-        if self.logger is not None:
-            self.logger.info(
-                "request",
-                extra={
-                    "fields": {
-                        "request_id": ctx.request_id,
-                        "method": scope["method"],
-                        "path": scope["path"],
-                        "status": ctx.status,
-                        "latency_ms": round(elapsed * 1000, 3),
-                        "model": ctx.model,
-                        "pool": ctx.pool,
-                        "replica": ctx.replica,
-                        "stream": ctx.stream,
-                        "ttfb_ms": None
-                        if ctx.time_to_first_byte is None
-                        else round(ctx.time_to_first_byte * 1000, 3),
-                        "error_code": ctx.error_code,
-                        "client_disconnected": ctx.client_disconnected or None,
-                        "variant": ctx.variant,
-                        "routing_reason": ctx.routing_reason,
-                        "prompt_tokens": ctx.prompt_tokens,
-                        "trace_id": ctx.trace_id,
-                    }
-                },
+        if self.access_log is not None:
+            self.access_log.write(
+                {
+                    "msg": "request",
+                    "request_id": ctx.request_id,
+                    "method": scope["method"],
+                    "path": scope["path"],
+                    "status": ctx.status,
+                    "latency_ms": round(elapsed * 1000, 3),
+                    "model": ctx.model,
+                    "pool": ctx.pool,
+                    "replica": ctx.replica,
+                    "stream": ctx.stream,
+                    "ttfb_ms": None
+                    if ctx.time_to_first_byte is None
+                    else round(ctx.time_to_first_byte * 1000, 3),
+                    "error_code": ctx.error_code,
+                    "client_disconnected": ctx.client_disconnected or None,
+                    "variant": ctx.variant,
+                    "routing_reason": ctx.routing_reason,
+                    "prompt_tokens": ctx.prompt_tokens,
+                    "trace_id": ctx.trace_id,
+                }
             )

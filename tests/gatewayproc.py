@@ -34,7 +34,21 @@ class GatewayProcess:
     def logs(self) -> str:
         return self.log_path.read_text()
 
-    def access_log(self) -> list[dict[str, Any]]:
+    def access_log(
+        self, request_id: str | None = None, timeout: float = 3.0
+    ) -> list[dict[str, Any]]:
+        """The access log's entries; with ``request_id``, waits until that request's entry is
+        written (the gateway writes its access log in batches, every 50 ms)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            entries = self._access_entries()
+            if request_id is None or any(e["request_id"] == request_id for e in entries):
+                return entries
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no access log entry for {request_id}")
+            time.sleep(0.02)
+
+    def _access_entries(self) -> list[dict[str, Any]]:
         import orjson
 
         entries = []

@@ -56,7 +56,7 @@ def test_access_log_is_json_lines_with_request_id(gateway: GatewayProcess) -> No
     httpx.post(
         gateway.base_url + "/chat/completions", json=CHAT, headers={"x-request-id": "log-me"}
     )
-    entries = [e for e in gateway.access_log() if e["request_id"] == "log-me"]
+    entries = [e for e in gateway.access_log("log-me") if e["request_id"] == "log-me"]
     assert len(entries) == 1
     entry = entries[0]
     assert entry["status"] == 200 and entry["model"] == MODEL and entry["pool"] == "sim"

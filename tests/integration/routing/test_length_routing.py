@@ -72,6 +72,17 @@ def _counted(gw: GatewayProcess, expected: int) -> list[int]:
         time.sleep(0.05)
 
 
+def _colo_reasons(gw: GatewayProcess, expected: int) -> set[str]:
+    """Routing reasons of the colocated pool's requests, once ``expected`` of them are logged
+    (the access log is written in batches)."""
+    deadline = time.monotonic() + 5
+    while True:
+        logged = [e["routing_reason"] for e in gw.access_log() if e["pool"] == "colo"]
+        if len(logged) >= expected or time.monotonic() > deadline:
+            return set(logged)
+        time.sleep(0.05)
+
+
 def _user(words: list[str]) -> list[dict[str, str]]:
     return [{"role": "user", "content": " ".join(words)}]
 
@@ -102,7 +113,7 @@ def test_stopped_pool_fails_over_without_client_errors_and_comes_back(
             for _ in range(5):
                 assert _served_by(client, LONG) == "colo"
                 assert _streamed_by(client, LONG) == "colo"
-            reasons = {e["routing_reason"] for e in gw.access_log() if e["pool"] == "colo"}
+            reasons = _colo_reasons(gw, expected=10)
             assert reasons and reasons <= {
                 "prompt_long+failover_failed",
                 "prompt_long+failover_unhealthy",

@@ -104,7 +104,8 @@ def test_streamed_request_is_one_trace_with_prefill_and_decode(
     assert prefill.start_ns == client_span.start_ns and prefill.end_ns == decode.start_ns
 
     # The access log line of the request names its trace.
-    (logged,) = [e for e in traced_gateway.access_log() if e["request_id"] == "traced-stream-1"]
+    entries = traced_gateway.access_log("traced-stream-1")
+    (logged,) = [e for e in entries if e["request_id"] == "traced-stream-1"]
     assert logged["trace_id"] == server.trace_id
 
     # The upstream was told about this attempt's span.
