@@ -3,8 +3,10 @@
 The simulator (no-delay mode) and the load generator share core 0; the proxy under test runs
 alone on core 1 (``taskset``). For each of non-streaming and streaming (32 content chunks) and
 concurrency 1, 16 and 64, wrk measures requests/s and p50/p99 latency; a sequential aiohttp probe
-at concurrency 1 measures time to first byte. Then the gateway serves 100k requests while its
-resident memory is sampled.
+at concurrency 1 measures time to first byte. Two gateways are measured: ``gateway``, the proxy
+as the foundation builds it (keys, rate limits and the usage ledger off; access log and metrics
+on), and ``gateway-full``, as a deployment runs it (keys checked, in-process rate limits, usage
+ledger in SQLite). Then gateway-full serves 100k requests while its resident memory is sampled.
 
     .venv/bin/python loadtests/bench_overhead.py [--seconds 5] [--out results.json]
     .venv/bin/python loadtests/bench_overhead.py --clients   # floor proxy: aiohttp vs httpx
@@ -119,19 +121,30 @@ def start_floor(procs: Processes, upstream: str, client: str) -> str:
     return url
 
 
-def start_gateway(procs: Processes, upstream: str, workdir: Path) -> tuple[str, int]:
-    port = free_port()
-    config = {
+def gateway_config(port: int, upstream: str, workdir: Path, full: bool) -> dict[str, object]:
+    """``full``: keys, in-process rate limits (high enough never to refuse) and the usage
+    ledger on, as a deployment runs; otherwise the proxy alone (what the foundation builds)."""
+    config: dict[str, object] = {
         "server": {"host": "127.0.0.1", "port": port, "workers": 1, "access_log": True},
         "pools": {"sim": {"urls": [upstream]}},
         "models": {MODEL: {"pool": "sim"}},
-        # The proxy path alone: loadtests/bench_auth.py measures auth on versus off.
-        "storage": {"url": f"sqlite:///{workdir}/gateway.db"},
-        "auth": {"enabled": False},
+        "storage": {"url": f"sqlite:///{workdir / 'gateway.db'}"},
     }
-    path = workdir / "gateway.yaml"
-    path.write_text(yaml.safe_dump(config))
-    log = (workdir / "gateway.log").open("wb")
+    if full:
+        config["limits"] = {"defaults": {"requests_per_minute": 10**8, "tokens_per_minute": 10**10}}
+    else:
+        config["auth"] = {"enabled": False}
+        config["accounting"] = {"ledger": False}
+    return config
+
+
+def start_gateway(procs: Processes, upstream: str, workdir: Path, full: bool) -> tuple[str, int]:
+    port = free_port()
+    path = workdir / f"gateway-{port}.yaml"
+    path.write_text(yaml.safe_dump(gateway_config(port, upstream, workdir, full)))
+    if full:
+        os.environ["WRK_API_KEY"] = bootstrap_key(path)
+    log = (workdir / f"gateway-{port}.log").open("wb")
     proc = subprocess.Popen(
         ["taskset", "-c", PROXY_CORE, PYTHON, "-m", "gateway", "run", "--config", str(path)],
         stdout=log,
@@ -141,6 +154,28 @@ def start_gateway(procs: Processes, upstream: str, workdir: Path) -> tuple[str, 
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/healthz")
     return url, proc.pid
+
+
+def bootstrap_key(config: Path) -> str:
+    cli = [PYTHON, "-m", "gateway"]
+    subprocess.run([*cli, "tenants", "create", "--config", str(config), "bench"], check=True)
+    return subprocess.run(
+        [
+            *cli,
+            "keys",
+            "create",
+            "--config",
+            str(config),
+            "--tenant",
+            "bench",
+            "--name",
+            "bench",
+            "--print-secret-only",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
 
 
 def wrk(
@@ -193,7 +228,8 @@ async def probe_ttfb(url: str, stream: bool, requests: int) -> tuple[float, floa
         "stream": stream,
     }
     ttfb, total = [], []
-    async with aiohttp.ClientSession() as session:
+    headers = {"authorization": "Bearer " + os.environ.get("WRK_API_KEY", "none")}
+    async with aiohttp.ClientSession(headers=headers) as session:
         for i in range(requests + 50):
             start = time.perf_counter()
             async with session.post(url + "/v1/chat/completions", json=body) as response:
@@ -290,10 +326,11 @@ def main() -> None:
             return
         with tempfile.TemporaryDirectory() as tmp:
             floor = start_floor(procs, sim, "aiohttp")
-            gateway, gateway_pid = start_gateway(procs, sim, Path(tmp))
-            targets = {"direct": sim, "floor": floor, "gateway": gateway}
+            gateway, _ = start_gateway(procs, sim, Path(tmp), full=False)
+            full, full_pid = start_gateway(procs, sim, Path(tmp), full=True)
+            targets = {"direct": sim, "floor": floor, "gateway": gateway, "gateway-full": full}
             results = run_matrix(targets, args.seconds, args.probes)
-            memory = memory_run(gateway, gateway_pid, args.memory_requests)
+            memory = memory_run(full, full_pid, args.memory_requests)
         text = report(results, memory)
         print(text)
         if args.out:
