@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -154,10 +155,12 @@ def _cli_key(folder: Path) -> str:
 def http(seconds: float) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     procs = Processes()
+    folders: list[Path] = []
     try:
         sim = start_sim(procs)
         for auth_on in (False, True) * ROUNDS:  # alternated: drifts in machine load hit both
             folder = Path(tempfile.mkdtemp(prefix="bench-auth-"))
+            folders.append(folder)
             key = _cli_key(folder) if auth_on else "sk-unused"
             url = _gateway(procs, sim, folder, auth_on)
             os.environ["WRK_API_KEY"] = key  # wrk_chat.lua sends it as the Bearer key
@@ -172,6 +175,8 @@ def http(seconds: float) -> list[dict[str, Any]]:
             procs.procs[-1].wait(15)
     finally:
         procs.stop()
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
     return results
 
 
