@@ -36,6 +36,7 @@ from bench_overhead import (
     PROXY_CORE,
     Processes,
     free_port,
+    gateway_config,
     start_sim,
     wait_http,
 )
@@ -155,14 +156,9 @@ def start_gateway(
 ) -> tuple[str, int]:
     """One gateway worker on the proxy core; its URL and pid."""
     port = free_port()
-    config = {
-        "server": {"host": "127.0.0.1", "port": port, "workers": 1, "access_log": True},
-        "pools": {"sim": {"urls": [sim]}},
-        "models": {MODEL: {"pool": "sim"}},
-        "auth": {"enabled": False},
-        "storage": {"url": f"sqlite:///{folder}/gw-{port}.db"},
-        "tracing": tracing,
-    }
+    # The overhead benchmark's plain gateway (no keys, no ledger), plus the tracing section.
+    config = {**gateway_config(port, sim, folder / str(port), full=False), "tracing": tracing}
+    (folder / str(port)).mkdir()
     path = folder / f"gateway-{port}.yaml"
     path.write_text(yaml.safe_dump(config))
     log = (folder / f"gateway-{port}.log").open("wb")
@@ -207,7 +203,13 @@ def http_runs(
             for stream in (False, True):
                 kind = "stream" if stream else "json"
                 for mode, (url, pid) in gateways.items():
-                    run_wrk(url, 64, 1, stream)  # warm-up
+                    try:
+                        run_wrk(url, 64, 1, stream)  # warm-up
+                    except RuntimeError:
+                        port = url.rsplit(":", 1)[1]
+                        log = (folder / f"gateway-{port}.log").read_text(errors="replace")
+                        print(f"{mode} failed; its log ends:\n{log[-3000:]}", file=sys.stderr)
+                        raise
                     time.sleep(0.3)  # let the exporter drain the warm-up's spans
                     before = cpu_seconds(pid)
                     rps, _, _, count = run_wrk(url, 64, seconds, stream)
