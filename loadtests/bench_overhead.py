@@ -50,6 +50,8 @@ class Result:
     p99_ms: float
     ttfb_p50_ms: float | None = None
     ttfb_p99_ms: float | None = None
+    cpu_us_per_request: float | None = None
+    """The proxy's own CPU time per request: unlike requests/s, steady on a shared machine."""
 
 
 def free_port() -> int:
@@ -103,7 +105,7 @@ def start_sim(procs: Processes) -> str:
     return line.split()[-1]
 
 
-def start_floor(procs: Processes, upstream: str, client: str) -> str:
+def start_floor(procs: Processes, upstream: str, client: str) -> tuple[str, int]:
     port = free_port()
     procs.start(
         PROXY_CORE,
@@ -118,7 +120,7 @@ def start_floor(procs: Processes, upstream: str, client: str) -> str:
     )
     url = f"http://127.0.0.1:{port}"
     wait_http(url)
-    return url
+    return url, procs.procs[-1].pid
 
 
 def gateway_config(port: int, upstream: str, workdir: Path, full: bool) -> dict[str, object]:
@@ -158,7 +160,11 @@ def start_gateway(procs: Processes, upstream: str, workdir: Path, full: bool) ->
 
 def bootstrap_key(config: Path) -> str:
     cli = [PYTHON, "-m", "gateway"]
-    subprocess.run([*cli, "tenants", "create", "--config", str(config), "bench"], check=True)
+    subprocess.run(
+        [*cli, "tenants", "create", "--config", str(config), "bench"],
+        check=True,
+        capture_output=True,
+    )
     return subprocess.run(
         [
             *cli,
@@ -251,15 +257,25 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError("no VmRSS")
 
 
-def run_matrix(targets: dict[str, str], seconds: float, probes: int) -> list[Result]:
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def run_matrix(
+    targets: dict[str, tuple[str, int | None]], seconds: float, probes: int
+) -> list[Result]:
     results = []
     for stream in (False, True):
         mode = "stream" if stream else "json"
         for concurrency in (1, 16, 64):
-            for name, url in targets.items():
+            for name, (url, pid) in targets.items():
                 wrk(url, concurrency, 1, stream)  # warm-up: pools, caches
-                rps, p50, p99, _ = wrk(url, concurrency, seconds, stream)
+                cpu_before = cpu_seconds(pid) if pid else 0.0
+                rps, p50, p99, count = wrk(url, concurrency, seconds, stream)
                 result = Result(name, mode, concurrency, rps, p50, p99)
+                if pid:
+                    result.cpu_us_per_request = (cpu_seconds(pid) - cpu_before) / count * 1e6
                 if concurrency == 1:
                     t50, t99, _, _ = asyncio.run(probe_ttfb(url, stream, probes))
                     result.ttfb_p50_ms, result.ttfb_p99_ms = t50, t99
@@ -268,7 +284,8 @@ def run_matrix(targets: dict[str, str], seconds: float, probes: int) -> list[Res
     return results
 
 
-def memory_run(url: str, pid: int, total: int) -> list[tuple[int, float]]:
+def memory_run(url: str, pid: int | None, total: int) -> list[tuple[int, float]]:
+    assert pid is not None
     samples = [(0, rss_mb(pid))]
     served = 0
     while served < total:
@@ -282,8 +299,8 @@ def report(results: list[Result], memory: list[tuple[int, float]]) -> str:
     by = {(r.target, r.mode, r.concurrency): r for r in results}
     lines = [
         "| mode | conc | target | req/s | p50 ms | p99 ms | TTFB p50 ms | added p50 ms "
-        "| added TTFB ms | % of floor req/s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| added TTFB ms | % of floor req/s | CPU us/req | floor CPU / CPU |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         direct = by[("direct", r.mode, r.concurrency)]
@@ -296,9 +313,16 @@ def report(results: list[Result], memory: list[tuple[int, float]]) -> str:
         )
         share = f"{100 * r.rps / floor.rps:.0f}%" if floor and r.target != "direct" else ""
         ttfb = f"{r.ttfb_p50_ms:.3f}" if r.ttfb_p50_ms is not None else ""
+        cpu = f"{r.cpu_us_per_request:.0f}" if r.cpu_us_per_request else ""
+        efficiency = (
+            f"{100 * floor.cpu_us_per_request / r.cpu_us_per_request:.0f}%"
+            if floor and floor.cpu_us_per_request and r.cpu_us_per_request
+            else ""
+        )
         lines.append(
             f"| {r.mode} | {r.concurrency} | {r.target} | {r.rps:,.0f} | {r.p50_ms:.3f} | "
-            f"{r.p99_ms:.3f} | {ttfb} | {added:.3f} | {added_ttfb} | {share} |"
+            f"{r.p99_ms:.3f} | {ttfb} | {added:.3f} | {added_ttfb} | {share} | {cpu} | "
+            f"{efficiency} |"
         )
     if memory:
         lines.append("")
@@ -326,11 +350,16 @@ def main() -> None:
             return
         with tempfile.TemporaryDirectory() as tmp:
             floor = start_floor(procs, sim, "aiohttp")
-            gateway, _ = start_gateway(procs, sim, Path(tmp), full=False)
-            full, full_pid = start_gateway(procs, sim, Path(tmp), full=True)
-            targets = {"direct": sim, "floor": floor, "gateway": gateway, "gateway-full": full}
+            gateway = start_gateway(procs, sim, Path(tmp), full=False)
+            full = start_gateway(procs, sim, Path(tmp), full=True)
+            targets: dict[str, tuple[str, int | None]] = {
+                "direct": (sim, None),
+                "floor": floor,
+                "gateway": gateway,
+                "gateway-full": full,
+            }
             results = run_matrix(targets, args.seconds, args.probes)
-            memory = memory_run(full, full_pid, args.memory_requests)
+            memory = memory_run(*full, args.memory_requests)
         text = report(results, memory)
         print(text)
         if args.out:
@@ -344,7 +373,7 @@ def main() -> None:
 def compare_clients(procs: Processes, sim: str, seconds: float) -> None:
     print("| client | mode | conc | req/s | p50 ms | p99 ms |\n|---|---|---|---|---|---|")
     for client in ("aiohttp", "httpx-aiohttp", "httpx"):
-        url = start_floor(procs, sim, client)
+        url, _ = start_floor(procs, sim, client)
         for stream in (False, True):
             for concurrency in (1, 64):
                 wrk(url, concurrency, 1, stream)
