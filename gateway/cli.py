@@ -46,6 +46,7 @@ def _run(args: argparse.Namespace) -> int:
         access_log=False,  # the gateway writes its own structured access log
         timeout_graceful_shutdown=int(server.graceful_shutdown_seconds) or None,
         log_config=None,
+        proxy_headers=server.proxy_headers,
     )
     return 0
 

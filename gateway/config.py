@@ -105,6 +105,10 @@ class ServerConfig(Strict):
     max_tokens_limit: int = Field(1_000_000, gt=0)
     """Requests asking for more ``max_tokens`` than this are refused as absurd."""
     graceful_shutdown_seconds: float = Field(30.0, ge=0)
+    proxy_headers: bool = False
+    """Take the client address from X-Forwarded-For when the peer is a trusted proxy (uvicorn's
+    ``proxy_headers``). Off by default: behind a Kubernetes Service nothing sets them, and the
+    check costs time on every request."""
 
 
 class GatewayConfig(Strict):

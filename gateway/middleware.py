@@ -55,11 +55,11 @@ class RequestIdMiddleware:
                 message["headers"] = [*message.get("headers", ()), id_header, *routing_headers(ctx)]
             await send(message)
 
-        self.metrics.in_flight.inc()
+        self.metrics.requests_in_flight += 1
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            self.metrics.in_flight.dec()
+            self.metrics.requests_in_flight -= 1
             self._finish(scope, ctx)
 
     def _finish(self, scope: Scope, ctx: RequestContext) -> None:
