@@ -5,8 +5,35 @@ Labels carry only bounded values: model and pool names from config, status codes
 
 from __future__ import annotations
 
+from typing import Generic, TypeVar
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+MetricT = TypeVar("MetricT", Counter, Histogram)
+
+
+class Children(Generic[MetricT]):
+    """The labelled children of one metric, each looked up once: ``labels()`` takes a lock and
+    validates on every call, which is not free per request. The label sets are bounded by the
+    configuration, and so is this cache::
+
+        requests = Children(metrics.requests)
+        requests("model", "pool", "200").inc()
+    """
+
+    __slots__ = ("_children", "_metric")
+
+    def __init__(self, metric: MetricT) -> None:
+        self._metric: MetricT = metric
+        self._children: dict[tuple[str, ...], MetricT] = {}
+
+    def __call__(self, *labels: str) -> MetricT:
+        child = self._children.get(labels)
+        if child is None:
+            child = self._children[labels] = self._metric.labels(*labels)
+        return child
+
 
 LATENCY_BUCKETS = (
     0.001,
@@ -140,6 +167,15 @@ class GatewayMetrics:
             ["model", "variant"],
             registry=r,
         )
+
+        # What every request updates, through memoised children (see Children).
+        self.requests_by = Children(self.requests)
+        self.duration_by = Children(self.duration)
+        self.time_to_first_byte_by = Children(self.time_to_first_byte)
+        self.tenant_requests_by = Children(self.tenant_requests)
+        self.time_to_first_token_by = Children(self.time_to_first_token)
+        self.time_per_output_token_by = Children(self.time_per_output_token)
+        self.tokens_by = Children(self.tokens)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

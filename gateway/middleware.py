@@ -66,10 +66,10 @@ class RequestIdMiddleware:
         elapsed = time.perf_counter() - ctx.started
         if ctx.model is not None:
             model, pool = ctx.model, ctx.pool or ""
-            self.metrics.requests.labels(model, pool, ctx.variant or "", str(ctx.status)).inc()
-            self.metrics.duration.labels(model, pool).observe(elapsed)
+            self.metrics.requests_by(model, pool, ctx.variant or "", str(ctx.status)).inc()
+            self.metrics.duration_by(model, pool).observe(elapsed)
             status_class = f"{ctx.status // 100}xx"
-            self.metrics.tenant_requests.labels(ctx.tenant_id or "", status_class).inc()
+            self.metrics.tenant_requests_by(ctx.tenant_id or "", status_class).inc()
         if self.access_log is not None:
             self.access_log.write(
                 {

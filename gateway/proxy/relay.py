@@ -59,6 +59,4 @@ async def relay_whole(
 
 def _first_byte(ctx: RequestContext, metrics: GatewayMetrics) -> None:
     ctx.time_to_first_byte = time.perf_counter() - ctx.started
-    metrics.time_to_first_byte.labels(ctx.model or "", ctx.pool or "").observe(
-        ctx.time_to_first_byte
-    )
+    metrics.time_to_first_byte_by(ctx.model or "", ctx.pool or "").observe(ctx.time_to_first_byte)

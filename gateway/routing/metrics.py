@@ -5,34 +5,11 @@ Labels are bounded: model, variant and pool names come from config; reasons from
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
-
 from prometheus_client import Counter, Gauge, Histogram
 
-from gateway.metrics import LATENCY_BUCKETS, GatewayMetrics
+from gateway.metrics import LATENCY_BUCKETS, Children, GatewayMetrics
 
 _TOKENS_PER_SECOND_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)
-
-
-MetricT = TypeVar("MetricT", Counter, Histogram)
-
-
-class Children(Generic[MetricT]):
-    """The labelled children of one metric, each looked up once: ``labels()`` takes a lock and
-    validates on every call, which is not free per request. The label sets are bounded by the
-    configuration, and so is this cache."""
-
-    __slots__ = ("_children", "_metric")
-
-    def __init__(self, metric: MetricT) -> None:
-        self._metric: MetricT = metric
-        self._children: dict[tuple[str, ...], MetricT] = {}
-
-    def __call__(self, *labels: str) -> MetricT:
-        child = self._children.get(labels)
-        if child is None:
-            child = self._children[labels] = self._metric.labels(*labels)
-        return child
 
 
 class RoutingMetrics:

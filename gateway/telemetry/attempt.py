@@ -280,17 +280,17 @@ def observe_phases(metrics: GatewayMetrics, ctx: RequestContext, phases: Phases)
     """Time to first token, time per output token and token counts, for every request."""
     model, pool = ctx.model or "", ctx.pool or ""
     if phases.first_token_at is not None:
-        metrics.time_to_first_token.labels(
+        metrics.time_to_first_token_by(
             model, pool, prompt_length_band(phases.input_tokens)
         ).observe(phases.first_token_at - ctx.started)
     per_token = phases.time_per_output_token
     if per_token is not None:
-        metrics.time_per_output_token.labels(model, pool).observe(per_token)
+        metrics.time_per_output_token_by(model, pool).observe(per_token)
     tenant = ctx.tenant_id or ""
     if phases.input_tokens:
-        metrics.tokens.labels(tenant, model, "input").inc(phases.input_tokens)
+        metrics.tokens_by(tenant, model, "input").inc(phases.input_tokens)
     if phases.output_tokens:
-        metrics.tokens.labels(tenant, model, "output").inc(phases.output_tokens)
+        metrics.tokens_by(tenant, model, "output").inc(phases.output_tokens)
 
 
 # Upper bounds of prompt-length bands (tokens): a bounded label for TTFT versus prompt length.
