@@ -87,6 +87,9 @@ class AiohttpUpstream:
             connector=connector,
             auto_decompress=False,
             skip_auto_headers=("User-Agent", "Accept-Encoding"),
+            # One session serves every tenant: a cookie set by an upstream answer must never ride
+            # along on another caller's request (and not keeping a jar saves work per request).
+            cookie_jar=aiohttp.DummyCookieJar(),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=config.timeouts.connect),
         )
 
