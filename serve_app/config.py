@@ -190,6 +190,8 @@ class ConfigError(Exception):
     """A serving config that cannot be used; the message lists every problem with its key path."""
 
 
+# The gateway's config loader has the same ${VAR} interpolation; the two packages deliberately
+# share no code (gateway never imports serve_app, nor the reverse), so it stands here too.
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
