@@ -1,7 +1,9 @@
 """The OpenAI endpoints that proxy to an upstream pool: the pipeline, stage by stage.
 
-parse -> admit -> route -> forward -> relay -> settle and record (gateway/accounting/stage.py,
-on the way out whatever happened). Reading :meth:`ProxyEndpoint.__call__` is reading the product.
+parse -> (key's model check) -> admit -> route -> forward -> relay -> settle and record
+(gateway/accounting/stage.py, on the way out whatever happened). Authentication runs before, in
+gateway/auth/middleware.py, deny by default, and leaves the caller on the request context.
+Reading :meth:`ProxyEndpoint.__call__` is reading the product.
 """
 
 from __future__ import annotations
