@@ -8,6 +8,8 @@ PostgreSQL: asyncpg, a small pool, pre-ping so a restarted server costs no faile
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -53,12 +55,9 @@ def _sqlite_engine(url: URL, config: StorageConfig) -> AsyncEngine:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         # busy_timeout first: switching to WAL needs a lock that another opener may hold.
-        for pragma in (
-            f"busy_timeout={SQLITE_BUSY_TIMEOUT_MS}",
-            "journal_mode=WAL",
-            "synchronous=NORMAL",
-            "foreign_keys=ON",
-        ):
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        _switch_to_wal(cursor)
+        for pragma in ("synchronous=NORMAL", "foreign_keys=ON"):
             cursor.execute("PRAGMA " + pragma)
         cursor.close()
 
@@ -67,3 +66,16 @@ def _sqlite_engine(url: URL, config: StorageConfig) -> AsyncEngine:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def _switch_to_wal(cursor: Any, attempts: int = 50) -> None:
+    """``PRAGMA journal_mode=WAL``, retried: when several replicas open a new file at once, the
+    switch can fail with "database is locked" at once, without waiting on the busy timeout."""
+    for attempt in range(attempts):
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or attempt == attempts - 1:
+                raise
+            time.sleep(0.02 * (attempt + 1))  # runs on aiosqlite's worker thread, not the loop
