@@ -108,19 +108,24 @@ def test_killed_upstream_process_mid_stream(tmp_path: Path) -> None:
 
 def test_idle_upstream_mid_stream_times_out_with_an_error_event(gateway: GatewayProcess) -> None:
     # The module's gateway allows 0.5 s between chunks; this upstream pauses 2 s.
+    events = _stream_events(gateway, max_tokens=3, itl_ms=2000)
+    error = json.loads(events[-1])["error"]
+    assert error["code"] == "timeout" and error["type"] == "server_error"
+
+
+def _stream_events(gateway: GatewayProcess, *, max_tokens: int, itl_ms: int) -> list[str]:
+    """The ``data:`` payloads of one streamed chat whose tokens the simulator spaces ``itl_ms``."""
     with (
         httpx.Client(timeout=10) as client,
         client.stream(
             "POST",
             gateway.base_url + "/chat/completions",
-            json={**CHAT, "max_tokens": 3},
-            headers={"x-sim-itl-ms": "2000", "x-sim-ttft-ms": "0"},
+            json={**CHAT, "max_tokens": max_tokens},
+            headers={"x-sim-itl-ms": str(itl_ms), "x-sim-ttft-ms": "0"},
         ) as response,
     ):
         assert response.status_code == 200
-        events = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
-    error = json.loads(events[-1])["error"]
-    assert error["code"] == "timeout" and error["type"] == "server_error"
+        return [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
 
 
 def _wait_settled(sim: SimProcess, request_id: str, timeout: float = 5) -> dict[str, object]:
@@ -137,17 +142,8 @@ def _wait_settled(sim: SimProcess, request_id: str, timeout: float = 5) -> dict[
 
 def test_total_deadline_ends_a_slow_but_steady_stream(sim: SimProcess, tmp_path: Path) -> None:
     config = gateway_config(sim.url, timeouts={"idle": 5, "total": 0.5})
-    with (
-        start_gateway(config, tmp_path) as gateway,
-        httpx.Client(timeout=10) as client,
-        client.stream(
-            "POST",
-            gateway.base_url + "/chat/completions",
-            json={**CHAT, "max_tokens": 40},
-            headers={"x-sim-itl-ms": "50", "x-sim-ttft-ms": "0"},
-        ) as response,
-    ):
-        events = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+    with start_gateway(config, tmp_path) as gateway:
+        events = _stream_events(gateway, max_tokens=40, itl_ms=50)
     error = json.loads(events[-1])["error"]
     assert error["code"] == "timeout" and "0.5s" in error["message"]
     assert 5 < len(events) < 20  # some tokens made it before the deadline
