@@ -14,6 +14,7 @@ ENV PATH=/opt/venv/bin:$PATH
 # Dependencies are pinned exactly in pyproject.toml; serve_app is not copied, so only the gateway
 # package is installed.
 COPY pyproject.toml README.md ./
+COPY configkit ./configkit
 COPY gateway ./gateway
 RUN pip install --no-cache-dir . \
     && python -c "import gateway.cli"

@@ -7,7 +7,6 @@ Nothing happens at import time; every piece of state hangs off the app built her
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -25,19 +24,17 @@ from gateway.accesslog import AccessLog
 from gateway.accounting.ledger_sql import SqlLedgerStore
 from gateway.accounting.usage_api import usage_routes
 from gateway.admin.api import admin_routes
+from gateway.admin.routing import routing_admin_routes
 from gateway.auth.middleware import auth_middleware
 from gateway.config import GatewayConfig
 from gateway.endpoints import Healthz, ListModels, Metrics, OpenAPI, Readyz, RetrieveModel
 from gateway.middleware import RequestIdMiddleware
 from gateway.proxy.handler import ProxyEndpoint
-from gateway.proxy.parse import Operation
-from gateway.proxy.upstream import AiohttpUpstream
-from gateway.routing.admin import routing_admin_routes
-from gateway.routing.reload import ConfigReloader, reload_on_sighup
-from gateway.state import GatewayState, UpstreamFactory
+from gateway.runtime.reload import ConfigReloader, reload_on_sighup
+from gateway.runtime.state import GatewayState, UpstreamFactory
 from gateway.telemetry.server import ServerSpanMiddleware
-
-logger = logging.getLogger(__name__)
+from gateway.upstream.client import AiohttpUpstream
+from gateway.wire.request import Operation
 
 _STATUS_ERRORS: dict[int, type[errors.GatewayError]] = {
     404: errors.NotFound,
@@ -102,10 +99,10 @@ def create_app(
             ),
             *auth_middleware(state.auth),  # deny by default; inside the span and access log
         ],
+        # An unexpected exception is answered by RequestIdMiddleware (with the request's ids).
         exception_handlers={
             errors.GatewayError: _render_gateway_error,
             HTTPException: _render_http_exception,
-            Exception: _render_unexpected,
         },
         lifespan=lifespan,
     )
@@ -134,8 +131,3 @@ async def _render_http_exception(request: Request, exc: Exception) -> Response:
     )
     err = cls(message, headers=exc.headers)
     return _error_response(err)
-
-
-async def _render_unexpected(request: Request, exc: Exception) -> Response:
-    logger.exception("unexpected error", exc_info=exc)
-    return _error_response(errors.GatewayError("The gateway failed unexpectedly."))

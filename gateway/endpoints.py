@@ -8,11 +8,11 @@ import orjson
 
 from gateway.asgi import Receive, Scope, Send, send_response
 from gateway.auth.access import may_see
-from gateway.context import context_of
 from gateway.errors import ModelNotFound
 from gateway.openapi import openapi_document
-from gateway.routing.table import publish_pool_state, replica_status
-from gateway.state import GatewayState, ModelRoute
+from gateway.runtime.state import GatewayState
+from gateway.runtime.table import ModelRoute, publish_pool_state, replica_status
+from gateway.wire.outcome import PRINCIPAL_KEY
 
 
 def _model_entry(route: ModelRoute, created: int) -> dict[str, Any]:
@@ -24,10 +24,10 @@ class ListModels:
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        created, principal = self.state.started_at, context_of(scope).principal
+        created, principal = self.state.started_at, scope.get(PRINCIPAL_KEY)
         data = [
             _model_entry(r, created)
-            for r in self.state.models.values()
+            for r in self.state.table.models.values()
             if may_see(principal, r.name)
         ]
         await send_response(send, 200, orjson.dumps({"object": "list", "data": data}))
@@ -39,8 +39,8 @@ class RetrieveModel:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         name = scope["path_params"]["model"]
-        route = self.state.models.get(name)
-        if route is None or not may_see(context_of(scope).principal, name):
+        route = self.state.table.models.get(name)
+        if route is None or not may_see(scope.get(PRINCIPAL_KEY), name):
             raise ModelNotFound(name)
         await send_response(send, 200, orjson.dumps(_model_entry(route, self.state.started_at)))
 
@@ -60,10 +60,9 @@ class Readyz:
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        pools = {
-            name: [replica_status(r) for r in p.replicas] for name, p in self.state.pools.items()
-        }
-        unready = sorted(m.name for m in self.state.models.values() if not m.router.healthy)
+        table = self.state.table
+        pools = {name: [replica_status(r) for r in p.replicas] for name, p in table.pools.items()}
+        unready = sorted(m.name for m in table.models.values() if not m.router.healthy)
         limiter = await self.state.accounting.limiter.readiness()
         ready = not unready and limiter["ready"]
         body = {
@@ -80,13 +79,9 @@ class Metrics:
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        metrics = self.state.metrics
-        for pool in self.state.pools.values():
-            metrics.pool_healthy.labels(pool.name).set(1 if pool.healthy else 0)
-            for r in pool.replicas:
-                metrics.replica_healthy.labels(pool.name, r.url).set(1 if r.healthy else 0)
-                metrics.replica_outstanding.labels(pool.name, r.url).set(r.outstanding)
-        publish_pool_state(self.state.routing.metrics, self.state.pools.values())
+        state = self.state
+        metrics = state.metrics
+        publish_pool_state(metrics, state.routing_metrics, state.table.pools.values())
         await send_response(send, 200, metrics.render(), metrics.content_type.encode())
 
 

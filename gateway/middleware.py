@@ -1,10 +1,16 @@
-"""The outermost pure-ASGI layer: request ids, the access log and per-request metrics.
+"""The outermost pure-ASGI layer: request ids, the access log, and a last-resort 500.
 
-Pure ASGI rather than ``BaseHTTPMiddleware``, which buffers responses and slows streams.
+Every request gets an :class:`Arrival`: a fresh id made by the gateway (the identity of the
+request for limits, the ledger and upstream) and the client's well-formed ``x-request-id`` as a
+correlation id. The response echoes the client's id when it sent one (else the gateway's) in
+``x-request-id``, and always the gateway's own in ``x-gateway-request-id``. An exception that
+escapes everything inside is answered here as an OpenAI-style 500 that still carries the ids, and
+logged with that status. Pure ASGI rather than ``BaseHTTPMiddleware``, which buffers responses.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
@@ -12,23 +18,35 @@ import time
 from starlette.types import ASGIApp
 
 from gateway.accesslog import AccessLog
-from gateway.asgi import Message, Receive, Scope, Send
-from gateway.context import SCOPE_KEY, RequestContext
+from gateway.asgi import Message, Receive, Scope, Send, send_response
+from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
-from gateway.routing.service import routing_headers
+from gateway.wire.outcome import ARRIVAL_KEY, Arrival, Outcome
+
+logger = logging.getLogger(__name__)
 
 REQUEST_ID_HEADER = b"x-request-id"
+GATEWAY_ID_HEADER = b"x-gateway-request-id"
 _VALID_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
 
 
-def request_id_from(scope: Scope) -> str:
-    """Honour a well-formed incoming ``x-request-id``; otherwise make one."""
+def correlation_id_from(scope: Scope) -> str | None:
+    """A well-formed incoming ``x-request-id``; anything else is ignored."""
     for key, value in scope["headers"]:
         if key == REQUEST_ID_HEADER:
             if _VALID_REQUEST_ID.fullmatch(value):
                 return value.decode()  # type: ignore[no-any-return]
             break
-    return os.urandom(12).hex()
+    return None
+
+
+def new_arrival(scope: Scope) -> Arrival:
+    return Arrival(
+        request_id=os.urandom(12).hex(),
+        correlation_id=correlation_id_from(scope),
+        started=time.perf_counter(),
+        started_wall=time.time(),
+    )
 
 
 class RequestIdMiddleware:
@@ -43,54 +61,68 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        ctx = RequestContext(request_id=request_id_from(scope), started=time.perf_counter())
-        scope[SCOPE_KEY] = ctx
-        id_header = (REQUEST_ID_HEADER, ctx.request_id.encode())
+        arrival = scope[ARRIVAL_KEY] = new_arrival(scope)
+        ids = [
+            (REQUEST_ID_HEADER, (arrival.correlation_id or arrival.request_id).encode()),
+            (GATEWAY_ID_HEADER, arrival.request_id.encode()),
+        ]
+        status = 0
 
-        async def send_with_id(message: Message) -> None:
+        async def send_with_ids(message: Message) -> None:
+            nonlocal status
             if message["type"] == "http.response.start":
-                if ctx.response_headers:  # the rate-limit quotas, on errors as on answers
-                    message["headers"] = [*message.get("headers", ()), *ctx.response_headers]
-                ctx.status = message["status"]
-                message["headers"] = [*message.get("headers", ()), id_header, *routing_headers(ctx)]
+                status = message["status"]
+                message["headers"] = [*message.get("headers", ()), *ids]
             await send(message)
 
         self.metrics.requests_in_flight += 1
         try:
-            await self.app(scope, receive, send_with_id)
+            await self.app(scope, receive, send_with_ids)
+        except Exception as exc:
+            logger.exception("unexpected error", exc_info=exc)
+            if status == 0:  # nothing sent yet: the client still gets a proper answer
+                err = GatewayError("The gateway failed unexpectedly.")
+                await send_response(send_with_ids, err.status, err.body())
+            status = status or 500
         finally:
             self.metrics.requests_in_flight -= 1
-            self._finish(scope, ctx)
+            if self.access_log is not None:
+                self._log(scope, arrival, status)
 
-    def _finish(self, scope: Scope, ctx: RequestContext) -> None:
-        elapsed = time.perf_counter() - ctx.started
-        if ctx.model is not None:
-            model, pool = ctx.model, ctx.pool or ""
-            self.metrics.requests_by(model, pool, ctx.variant or "", str(ctx.status)).inc()
-            self.metrics.duration_by(model, pool).observe(elapsed)
-            status_class = f"{ctx.status // 100}xx"
-            self.metrics.tenant_requests_by(ctx.tenant_id or "", status_class).inc()
-        if self.access_log is not None:
-            self.access_log.write(
-                {
-                    "msg": "request",
-                    "request_id": ctx.request_id,
-                    "method": scope["method"],
-                    "path": scope["path"],
-                    "status": ctx.status,
-                    "latency_ms": round(elapsed * 1000, 3),
-                    "model": ctx.model,
-                    "pool": ctx.pool,
-                    "replica": ctx.replica,
-                    "stream": ctx.stream,
-                    "ttfb_ms": None
-                    if ctx.time_to_first_byte is None
-                    else round(ctx.time_to_first_byte * 1000, 3),
-                    "error_code": ctx.error_code,
-                    "client_disconnected": ctx.client_disconnected or None,
-                    "variant": ctx.variant,
-                    "routing_reason": ctx.routing_reason,
-                    "prompt_tokens": ctx.prompt_tokens,
-                    "trace_id": ctx.trace_id,
-                }
-            )
+    def _log(self, scope: Scope, arrival: Arrival, status: int) -> None:
+        assert self.access_log is not None
+        outcome = arrival.slot.value
+        elapsed = time.perf_counter() - arrival.started
+        line: dict[str, object] = {
+            "msg": "request",
+            "request_id": arrival.request_id,
+            "correlation_id": arrival.correlation_id,
+            "method": scope["method"],
+            "path": scope["path"],
+            "status": status or (outcome.status if outcome is not None else 0),
+            "latency_ms": round(elapsed * 1000, 3),
+        }
+        if outcome is not None:
+            line.update(outcome_fields(outcome))
+        self.access_log.write(line)
+
+
+def outcome_fields(outcome: Outcome) -> dict[str, object]:
+    ttfb, route, usage = outcome.time_to_first_byte, outcome.route, outcome.usage
+    return {
+        "model": outcome.model,
+        "pool": route.pool,
+        "replica": route.replica,
+        "stream": outcome.stream,
+        "ttfb_ms": None if ttfb is None else round(ttfb * 1000, 3),
+        "error_code": outcome.error_code,
+        "ending": outcome.ending.value,
+        "client_disconnected": outcome.ending == "client_gone" or None,
+        "variant": route.variant,
+        "routing_reason": route.reason,
+        "prompt_tokens": outcome.prompt_tokens,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "usage_source": usage.source.value,
+        "trace_id": outcome.trace_id,
+    }

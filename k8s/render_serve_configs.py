@@ -17,7 +17,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from serve_app.config import ServingConfig, load_serving_config
+from serve_app.config import ServingConfig
+from serve_app.loader import load_serving_config
 from serve_app.render import render_rayservice_serve_config_v2
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

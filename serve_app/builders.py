@@ -21,7 +21,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from serve_app.config import ServingConfig, load_serving_config
+from serve_app.config import ServingConfig
+from serve_app.loader import load_serving_config
 from serve_app.render import colocated_serving_args, pd_serving_args
 
 if TYPE_CHECKING:

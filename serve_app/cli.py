@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from serve_app.config import ConfigError, load_serving_config
+from serve_app.loader import ConfigError, load_serving_config
 from serve_app.local import LocalStackError
 
 DEFAULT_STATE_DIR = Path("/tmp/pd-serve")  # noqa: S108 - matches examples/serving/local-cpu.yaml

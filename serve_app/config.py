@@ -15,37 +15,15 @@ points the model source at a folder it generates this way).
 
 from __future__ import annotations
 
-import difflib
-import os
-import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
+from configkit import StrictModel
 
-class Strict(BaseModel):
-    """Unknown keys are errors; a close match among the known keys is suggested."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    removed_keys: ClassVar[Mapping[str, str]] = {}
-    """Keys that once existed, with what to write instead."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _unknown_keys_suggest(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            known = set(cls.model_fields)
-            for key in data:
-                if key in cls.removed_keys:
-                    raise ValueError(f"{key}: {cls.removed_keys[key]}")
-                if key not in known:
-                    close = difflib.get_close_matches(str(key), sorted(known), n=1)
-                    hint = f" (did you mean {close[0]!r}?)" if close else ""
-                    raise ValueError(f"{key}: unknown key{hint}")
-        return data
+class Strict(StrictModel):
+    """Unknown keys are errors with a suggestion (the shared loader's rule)."""
 
 
 class ModelSpec(Strict):
@@ -126,9 +104,9 @@ class KVTransferConfig(Strict):
 
 
 class Deployment(Scaling):
-    engine_kwargs: dict[str, Any] = {}
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
     """vLLM engine arguments beyond those the config names itself (``enforce_eager``, ...)."""
-    env: dict[str, str] = {}
+    env: dict[str, str] = Field(default_factory=dict)
     """Environment of this deployment's replicas, over the config's top-level ``env``."""
 
 
@@ -171,84 +149,7 @@ class ServingConfig(Strict):
     model: ModelSpec
     accelerator: Accelerator = Accelerator()
     serve: ServeOptions = ServeOptions()
-    env: dict[str, str] = {}
+    env: dict[str, str] = Field(default_factory=dict)
     """Environment of every replica (prefill, decode, colocated)."""
     pd: PDPool | None = None
     colocated: ColocatedPool | None = None
-
-    @model_validator(mode="after")
-    def _checked(self) -> ServingConfig:
-        from serve_app.checks import check_serving_config  # the rules live in their own module
-
-        problems = check_serving_config(self)
-        if problems:
-            raise ValueError("\n".join(problems))
-        return self
-
-
-class ConfigError(Exception):
-    """A serving config that cannot be used; the message lists every problem with its key path."""
-
-
-# The gateway's config loader has the same ${VAR} interpolation; the two packages deliberately
-# share no code (gateway never imports serve_app, nor the reverse), so it stands here too.
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-def interpolate_env(value: Any, env: Mapping[str, str], path: str = "") -> Any:
-    """Replace ``${VAR}`` / ``${VAR:-default}`` in every string of a parsed YAML document."""
-    if isinstance(value, dict):
-        return {
-            k: interpolate_env(v, env, f"{path}.{k}" if path else str(k)) for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [interpolate_env(v, env, f"{path}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, str):
-
-        def substitute(match: re.Match[str]) -> str:
-            name, default = match.group(1), match.group(2)
-            if name in env:
-                return env[name]
-            if default is not None:
-                return default
-            raise ConfigError(f"{path}: environment variable {name} is not set")
-
-        return _ENV_REF.sub(substitute, value)
-    return value
-
-
-def format_validation_error(err: ValidationError) -> str:
-    """One line per problem, each starting with the dotted path of the key at fault."""
-    lines = []
-    for e in err.errors():
-        where = ".".join(str(p) for p in e["loc"])
-        message = str(e["msg"]).removeprefix("Value error, ")
-        if e["type"] != "value_error":
-            lines.append(f"{where}: {message.lower()}" if where else message)
-            continue
-        # Our own checks start each line with the key at fault, relative to where they run.
-        lines.extend(f"{where}.{line}" if where else line for line in message.splitlines())
-    return "\n".join(lines)
-
-
-def parse_serving_config(document: Any, env: Mapping[str, str] | None = None) -> ServingConfig:
-    if not isinstance(document, dict):
-        raise ConfigError("the serving config must be a mapping at the top level")
-    data = interpolate_env(document, os.environ if env is None else env)
-    try:
-        return ServingConfig.model_validate(data)
-    except ValidationError as err:
-        raise ConfigError(format_validation_error(err)) from None
-
-
-def load_serving_config(path: str | Path, env: Mapping[str, str] | None = None) -> ServingConfig:
-    """Read, interpolate and validate a serving config file; raises :class:`ConfigError`."""
-    try:
-        text = Path(path).read_text()
-    except OSError as err:
-        raise ConfigError(f"{path}: {err.strerror}") from None
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
-    return parse_serving_config(document, env)

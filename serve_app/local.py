@@ -26,7 +26,8 @@ import yaml
 from pydantic import BaseModel
 
 from serve_app import procs
-from serve_app.config import ServingConfig, load_serving_config
+from serve_app.config import ServingConfig
+from serve_app.loader import load_serving_config
 from serve_app.render import render_serve_config, render_serve_config_yaml
 from serve_app.tiny_model import make_tiny_model
 

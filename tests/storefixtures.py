@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from gateway.runtime.migrations import all_migrations
 from gateway.storage import Database, StorageConfig
-from gateway.storage.registry import all_migrations
 from tests.pgserver import PostgresServer, start_postgres
 
 

@@ -1,6 +1,6 @@
 """Accounting: prompt token counting (``tokens``) and, beside it, the usage ledger."""
 
-from gateway.accounting.tokens import (
+from gateway.tokens.counting import (
     TokenCounter,
     TokenizerConfig,
     TokenizerUnavailable,

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from configkit import StrictModel
 
 
-class AccountingConfig(BaseModel):
+class AccountingConfig(StrictModel):
     """``ledger: false`` keeps no usage rows (the counters and metrics still run)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     ledger: bool = True
     ledger_batch_size: int = Field(500, ge=1)

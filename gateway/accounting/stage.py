@@ -1,60 +1,43 @@
-"""Admission before the upstream exchange and settlement after it, wired into the handler::
+"""Stage 3, admit, and its other half, settle: reserve before forwarding, true up afterwards::
 
-    reservation = await accounting.admit(ctx, request, counters)      # stage 3, or 429
-    request = accounting.ask_for_usage(ctx, request)
-    with accounting.settling(ctx, request, reservation, counters):    # stages 7-8, always
-        await exchange()
+    reservation = await accounting.admit(arrival, principal, request, route, prompt)  # or 429
+    ...                                                   # route, forward, relay
+    accounting.settle(reservation, outcome)               # exactly once, whatever happened
 
-``settling`` is a plain (synchronous) context manager on purpose: its exit cannot be cancelled,
-so a disconnect, an upstream failure or a server shutdown still settles the reservation, records
-the ledger row and counts the tokens.
+The reservation covers the counted prompt plus every choice's output cap (``n`` or ``best_of``
+times ``max_completion_tokens``, else ``max_tokens``, else the model's default cap). ``settle``
+is synchronous on purpose: it cannot be cancelled, so a disconnect, an upstream failure or a
+server shutdown still settles the reservation and records the ledger row.
 """
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-
-import orjson
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import Counter
 
 from gateway.accounting.config import AccountingConfig
 from gateway.accounting.ledger import Ledger, UsageRow
 from gateway.accounting.ledger_sql import SqlLedgerStore
-from gateway.accounting.tokens import TokenCounter
-from gateway.accounting.usage import Usage, client_wants_usage, measured_usage, usage_requested
-from gateway.context import RequestContext
-from gateway.errors import GatewayError
-from gateway.limits.admission import RateLimiter, Reservation
-from gateway.proxy.parse import Operation, ParsedRequest
+from gateway.limits.admission import Identity, RateLimiter, Reservation
+from gateway.metrics import GatewayMetrics
 from gateway.storage.database import Database
-
-CLIENT_CLOSED_REQUEST = 499  # as the handler records a client that left (nginx's convention)
-
-
-class AccountingMetrics:
-    """Tokens by tenant, model and direction are counted by telemetry (``gateway_tokens``)."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.partial = Counter(
-            "gateway_partial_requests",
-            "Requests accounted from what was delivered (streams cut before their usage came)",
-            ["model"],
-            registry=registry,
-        )
+from gateway.tokens.counting import PromptTokens
+from gateway.wire.outcome import Arrival, Outcome
+from gateway.wire.request import ParsedRequest
 
 
 class Accounting:
     def __init__(
-        self, config: AccountingConfig, limiter: RateLimiter, registry: CollectorRegistry
+        self, config: AccountingConfig, limiter: RateLimiter, metrics: GatewayMetrics
     ) -> None:
         self.config = config
         self.limiter = limiter
-        self.metrics = AccountingMetrics(registry)
         self.ledger: Ledger | None = None
+        self.partial = Counter(
+            "gateway_partial_requests",
+            "Requests accounted from what was delivered (answers not delivered whole)",
+            ["model"],
+            registry=metrics.registry,
+        )
 
     async def start(self, database: Database | None) -> None:
         """Start the ledger writer on the shared store (no store: no ledger)."""
@@ -74,98 +57,53 @@ class Accounting:
             await self.ledger.close()
         await self.limiter.aclose()
 
+    def reserved_tokens(
+        self, request: ParsedRequest, prompt: PromptTokens, default_cap: int | None
+    ) -> int:
+        cap = request.max_tokens or default_cap or self.limiter.config.default_max_tokens
+        return prompt.count() + request.choices * cap
+
     async def admit(
-        self, ctx: RequestContext, request: ParsedRequest, counters: Mapping[str, TokenCounter]
+        self,
+        arrival: Arrival,
+        principal: Identity | None,
+        request: ParsedRequest,
+        prompt: PromptTokens,
+        default_cap: int | None,
     ) -> Reservation:
-        # Without a principal (authentication off) every caller shares the default limits.
-        subjects = self.limiter.subjects(ctx.principal)
+        """Reserve for the caller's key and tenant (without a principal, authentication off,
+        every caller shares the default limits); raises the 429 or the policy's 503."""
+        subjects = self.limiter.subjects(principal)
         if not subjects:  # nothing limits this caller: not even the tokens need counting
             return Reservation(None, 0)
-        prompt = ctx.prompt_tokens
-        if prompt is None:
-            prompt = ctx.prompt_tokens = counters[request.model].count_request(
-                request.operation, request.payload
-            )
-        return await self.limiter.admit(
-            ctx.request_id, subjects, prompt, request.max_tokens, ctx.response_headers
-        )
+        tokens = self.reserved_tokens(request, prompt, default_cap)
+        return await self.limiter.admit(arrival.request_id, subjects, tokens)
 
-    def ask_for_usage(self, ctx: RequestContext, request: ParsedRequest) -> ParsedRequest:
-        """For a stream, the request with the usage chunk asked for (stripped again on the way
-        back unless the client asked for it itself)."""
-        if not request.stream or request.operation is Operation.EMBEDDING:
-            return request
-        if client_wants_usage(request.payload):
-            return request
-        ctx.strip_usage = True
-        payload = usage_requested(request.payload)
-        return dataclasses.replace(request, payload=payload, body=orjson.dumps(payload))
-
-    @contextmanager
-    def settling(
-        self,
-        ctx: RequestContext,
-        request: ParsedRequest,
-        reservation: Reservation,
-        counters: Mapping[str, TokenCounter],
-    ) -> Iterator[None]:
-        status = 0
-        try:
-            yield
-            status = ctx.status
-        except BaseException as exc:
-            status = _status_of(exc)
-            raise
-        finally:
-            counter = counters.get(request.model)
-            usage = measured_usage(
-                ctx.meter, lambda: _prompt_tokens(ctx, request, counter), counter
-            )
-            self.limiter.settle(reservation, usage.total)
-            self._record(ctx, usage, status)
-
-    def _record(self, ctx: RequestContext, usage: Usage, status: int) -> None:
-        model = ctx.model or ""
+    def settle(self, reservation: Reservation, outcome: Outcome) -> None:
+        """True the reservation up to the outcome's usage and record its ledger row."""
+        usage = outcome.usage
+        self.limiter.settle(reservation, usage.total)
         if usage.partial:
-            self.metrics.partial.labels(model).inc()
-        if self.ledger is None:
-            return
-        meter = ctx.meter
-        first = None if meter is None else meter.first_token_at
-        now = time.perf_counter()
-        elapsed = now - ctx.started  # ctx.started is on the perf_counter clock
-        self.ledger.record(
-            UsageRow(
-                created_at=time.time() - elapsed,
-                request_id=ctx.request_id,
-                tenant_id=ctx.tenant_id,
-                key_id=ctx.key_public_id,
-                model=model,
-                pool=ctx.pool,
-                variant=ctx.variant,
-                input_tokens=usage.input_tokens,
-                output_tokens=usage.output_tokens,
-                cached_tokens=usage.cached_tokens,
-                ttft_ms=None if first is None else (first - ctx.started) * 1000,
-                duration_ms=elapsed * 1000,
-                status=status or (CLIENT_CLOSED_REQUEST if ctx.client_disconnected else 0),
-                partial=usage.partial,
-            )
-        )
+            self.partial.labels(outcome.model or "").inc()
+        if self.ledger is not None:
+            self.ledger.record(ledger_row(outcome))
 
 
-def _prompt_tokens(
-    ctx: RequestContext, request: ParsedRequest, counter: TokenCounter | None
-) -> int:
-    """Counted already for admission or routing, or now (a cut stream with limits off)."""
-    if ctx.prompt_tokens is None and counter is not None:
-        ctx.prompt_tokens = counter.count_request(request.operation, request.payload)
-    return ctx.prompt_tokens or 0
-
-
-def _status_of(exc: BaseException) -> int:
-    if isinstance(exc, GatewayError):
-        return exc.status
-    if isinstance(exc, asyncio.CancelledError):
-        return CLIENT_CLOSED_REQUEST
-    return 500
+def ledger_row(outcome: Outcome) -> UsageRow:
+    usage, route, ttft = outcome.usage, outcome.route, outcome.time_to_first_token
+    return UsageRow(
+        created_at=outcome.arrival.started_wall,
+        request_id=outcome.arrival.request_id,
+        tenant_id=outcome.tenant_id,
+        key_id=outcome.key_id,
+        model=outcome.model or "",
+        pool=route.pool,
+        variant=route.variant,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cached_tokens=usage.cached_tokens,
+        ttft_ms=None if ttft is None else ttft * 1000,
+        duration_ms=outcome.duration * 1000,
+        status=outcome.status,
+        partial=usage.partial,
+    )

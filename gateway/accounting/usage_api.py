@@ -17,8 +17,8 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from gateway.accounting.ledger_sql import SqlLedgerStore, UsageQuery
-from gateway.context import context_of
 from gateway.errors import InvalidParameter
+from gateway.wire.outcome import PRINCIPAL_KEY
 
 ADMIN_GROUPS = ("day", "tenant_id", "key_id", "model")
 DEFAULT_ADMIN_GROUPS = ("tenant_id", "key_id", "model")
@@ -30,7 +30,7 @@ class UsageApi:
 
     async def own(self, request: Request) -> Response:
         """Without authentication there is one caller: the report covers every request."""
-        principal = context_of(request.scope).principal
+        principal = request.scope.get(PRINCIPAL_KEY)
         start, end = _time_range(request)
         query = UsageQuery(
             group_by=("day", "model"),

@@ -27,10 +27,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 
+from configkit import format_validation_error
 from gateway.auth.manage import InvalidSpec, KeySpec, RotateSpec, TenantSpec, UnknownRecord
 from gateway.auth.service import AuthService
 from gateway.auth.store import RecordExists
-from gateway.config import format_validation_error
 from gateway.errors import (
     Conflict,
     InvalidJSON,

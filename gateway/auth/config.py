@@ -15,18 +15,17 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import Field, SecretStr
 from sqlalchemy.engine import make_url
 
+from configkit import StrictModel
 from gateway.storage import StorageConfig
 
 HASH_SECRET_ENV = "PD_GATEWAY_KEY_HASH_SECRET"  # noqa: S105 (a variable name)
 MIN_SECRET_LENGTH = 16
 
 
-class AuthConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class AuthConfig(StrictModel):
     enabled: bool = True
     hash_secret: SecretStr | None = None
     """Falls back to $PD_GATEWAY_KEY_HASH_SECRET; with SQLite and neither set, a secret file is

@@ -15,8 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from configkit import StrictModel
 from gateway.auth.keys import KeyHasher, KeyKind, PresentedKey, new_key, new_secret
 from gateway.auth.models import AdminKey, ApiKey, Limits, Tenant
 from gateway.auth.store import AuthStore
@@ -33,8 +34,8 @@ class InvalidSpec(ValueError):
     """A request the store could hold but that makes no sense (a key wider than its tenant)."""
 
 
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Spec(StrictModel):
+    """What an admin asks the store to hold (strict and frozen like the config)."""
 
 
 class TenantSpec(_Spec):
@@ -43,7 +44,7 @@ class TenantSpec(_Spec):
     allowed_models: list[str] | None = None
     """None: every model."""
     limits: Limits = Limits()
-    labels: dict[str, str] = {}
+    labels: dict[str, str] = Field(default_factory=dict)
     enabled: bool = True
 
 

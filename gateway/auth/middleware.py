@@ -1,7 +1,8 @@
 """Deny by default: every request needs a key except on the few public paths listed here.
 
-Pure ASGI, installed inside the request-id middleware (it needs the RequestContext). ``/admin/``
-takes admin keys only; every other path takes tenant keys and puts the Principal on the context.
+Pure ASGI, installed inside the request-id middleware. ``/admin/`` takes admin keys only; every
+other path takes tenant keys and hands the authenticated Principal down with the request (the
+authenticate stage's value, under ``PRINCIPAL_KEY`` in the scope).
 A refusal is rendered here: exception handlers only see errors raised inside the routes.
 """
 
@@ -14,8 +15,8 @@ from gateway.asgi import Receive, Scope, Send, send_response
 from gateway.auth.authenticator import Authenticator
 from gateway.auth.config import AuthConfig
 from gateway.auth.service import AuthService
-from gateway.context import context_of
 from gateway.errors import GatewayError
+from gateway.wire.outcome import PRINCIPAL_KEY
 
 # The one list of paths served without a key. Liveness, readiness and the API description carry
 # nothing about tenants; /metrics is public unless auth.public_metrics is false.
@@ -68,18 +69,13 @@ class AuthMiddleware:
         if scope["type"] != "http":  # no websocket route takes keys: refuse, do not pass
             await send({"type": "websocket.close", "code": 1008})
             return
-        ctx = context_of(scope)
         token = presented_token(scope)
         try:
             if scope["path"].startswith(ADMIN_PREFIX):
-                ctx.extra["admin_key_id"] = (await self.authenticator.admin(token)).id
+                await self.authenticator.admin(token)
             else:
-                principal = await self.authenticator.tenant(token)
-                ctx.principal = principal
-                ctx.tenant_id = principal.tenant_id
-                ctx.key_public_id = principal.key_id
+                scope[PRINCIPAL_KEY] = await self.authenticator.tenant(token)
         except GatewayError as err:
-            ctx.error_code = err.code
             await send_response(send, err.status, err.body())
             return
         await self.app(scope, receive, send)

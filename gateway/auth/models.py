@@ -6,13 +6,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from configkit import StrictModel
 
 
-class Limits(BaseModel):
+class Limits(StrictModel):
     """Per-key limits; unset fields fall back to the tenant's defaults, then to no limit."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     requests_per_minute: int | None = Field(None, ge=1)
     tokens_per_minute: int | None = Field(None, ge=1)

@@ -6,10 +6,12 @@ the upstream's usage; a failure before any output refunds it::
 
     limiter = RateLimiter.build(config.limits, gateway_metrics)
     subjects = limiter.subjects(principal)                 # () when nothing limits the caller
-    reservation = await limiter.admit("req-1", subjects, prompt_tokens=900, max_tokens=100,
-                                      headers=ctx.response_headers)   # or raises RateLimited
+    reservation = await limiter.admit("gw-id-1", subjects, tokens=1000)   # or raises RateLimited
+    reservation.headers                                                  # x-ratelimit-* quotas
     ...
-    limiter.settle(reservation, used_tokens=950)                       # never blocks or raises
+    limiter.settle(reservation, used_tokens=950)                         # never blocks or raises
+
+The request id that keys the concurrency slot is the one the gateway made, never the client's.
 """
 
 from __future__ import annotations
@@ -52,11 +54,16 @@ class Identity(Protocol):
     def tenant_limits(self) -> BaseModel: ...
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Reservation:
     ticket: Ticket | None
     """None when nothing was taken (no limits apply, or the store failed open)."""
     tokens: int
+    headers: tuple[Header, ...] = ()
+    """The quota headers every response of the request carries."""
+
+
+NO_RESERVATION = Reservation(None, 0)
 
 
 def build_backend(config: LimitsConfig) -> LimiterBackend:
@@ -86,16 +93,10 @@ class RateLimiter:
         return cls(config, build_backend(config), limit_metrics)
 
     async def admit(
-        self,
-        request_id: str,
-        subjects: tuple[Subject, ...],
-        prompt_tokens: int,
-        max_tokens: int | None,
-        headers: list[Header],
+        self, request_id: str, subjects: tuple[Subject, ...], tokens: int
     ) -> Reservation:
-        """Reserve for ``subjects`` (see :meth:`subjects`), adding the quota headers to
-        ``headers``; raises the 429, or the policy's 503."""
-        tokens = prompt_tokens + (max_tokens or self.config.default_max_tokens)
+        """Reserve ``tokens`` for ``subjects`` (see :meth:`subjects`); raises the 429 (with the
+        quota headers), or the policy's 503."""
         if not subjects:
             return Reservation(None, tokens)
         try:
@@ -104,15 +105,15 @@ class RateLimiter:
             self._unreachable(err)
             return Reservation(None, tokens)
         self._reached()
-        headers += quota_headers(decision)
+        headers = tuple(quota_headers(decision))
         refusal = decision.refusal
         if refusal is not None:
             tenant = next((s.id for s in subjects if s.scope == "tenant"), "")
             self.metrics.refusals.labels(
                 tenant, f"{refusal.subject.scope} {refusal.limit_name}"
             ).inc()
-            raise refusal_error(refusal)
-        return Reservation(decision.ticket, tokens)
+            raise refusal_error(refusal, headers)
+        return Reservation(decision.ticket, tokens, headers)
 
     def settle(self, reservation: Reservation, used_tokens: int) -> None:
         """True the reservation up to ``used_tokens`` (0: a refund) and free its slot."""

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from configkit import StrictModel
 
 
-class LimitValues(BaseModel):
+class LimitValues(StrictModel):
     """The four limits of one key or tenant; ``None`` means "not set here, fall back"."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     requests_per_minute: int | None = Field(None, ge=1)
     tokens_per_minute: int | None = Field(None, ge=1)
@@ -47,9 +47,7 @@ def _first(value: int | None, fallback: int | None) -> int | None:
     return fallback if value is None else value
 
 
-class LimitsConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class LimitsConfig(StrictModel):
     enabled: bool = True
     backend: Literal["memory", "redis"] = "memory"
     redis_url: str | None = None

@@ -41,22 +41,24 @@ def _add(headers: list[Header], kind: bytes, quota: Quota | None) -> None:
     ]
 
 
-def refusal_error(refusal: Refusal) -> RateLimited:
-    """The 429, with ``retry-after``/``retry-after-ms`` when waiting will help (the SDKs obey)."""
+def refusal_error(refusal: Refusal, quota: tuple[Header, ...] = ()) -> RateLimited:
+    """The 429, with ``retry-after``/``retry-after-ms`` when waiting will help (the SDKs obey),
+    and the quota headers."""
     subject = refusal.subject
     where = f"{refusal.limit_name} on {subject.scope} {subject.id}"
     cls = TokensRateLimited if "tokens" in refusal.limit_name else RateLimited
+    headers = {k.decode(): v.decode() for k, v in quota}
     if refusal.retry_after is None:
         return cls(
             f"Request too large for {where}: Limit {refusal.limit}, Requested "
             f"{refusal.requested}. Reduce the prompt or max_tokens.",
+            headers=headers,
         )
     wait = refusal.retry_after
+    headers["retry-after"] = str(max(1, math.ceil(wait)))
+    headers["retry-after-ms"] = str(max(1, math.ceil(wait * 1000)))
     return cls(
         f"Rate limit reached for {where}: Limit {refusal.limit}, Used {refusal.used}, "
         f"Requested {refusal.requested}. Please try again in {duration(wait)}.",
-        headers={
-            "retry-after": str(max(1, math.ceil(wait))),
-            "retry-after-ms": str(max(1, math.ceil(wait * 1000))),
-        },
+        headers=headers,
     )

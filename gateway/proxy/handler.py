@@ -1,30 +1,74 @@
 """The OpenAI endpoints that proxy to an upstream pool: the pipeline, stage by stage.
 
-parse -> (key's model check) -> admit -> route -> forward -> relay -> settle and record
-(gateway/accounting/stage.py, on the way out whatever happened). Authentication runs before, in
-gateway/auth/middleware.py, deny by default, and leaves the caller on the request context.
+Authentication runs before, in gateway/auth/middleware.py (deny by default), and hands the
+principal down with the request. Then each stage returns a value to the next:
+
+    parse -> request; route lookup -> model route; admit -> reservation;
+    route -> plan; forward -> attempt; relay -> what was delivered;
+    settle -> usage -> one Outcome, handed to every consumer (gateway/proxy/record.py)
+
+Everything after admission runs inside one ``try/finally``: every admitted request is settled
+exactly once and leaves exactly one ledger row, however it ends (an error raised after
+admission, the client gone before the first byte, a reload or a shutdown mid-request).
 Reading :meth:`ProxyEndpoint.__call__` is reading the product.
 """
 
 from __future__ import annotations
 
 import asyncio
-
-import orjson
+from dataclasses import dataclass
 
 from gateway.asgi import Receive, Scope, Send
-from gateway.auth.access import check_model
-from gateway.context import RequestContext, context_of
 from gateway.errors import GatewayError
+from gateway.limits.admission import Reservation
 from gateway.proxy.disconnect import DisconnectWatch
-from gateway.proxy.parse import Operation, ParsedRequest, parse_request, read_body
-from gateway.proxy.relay import relay_stream, relay_whole
-from gateway.proxy.upstream import UpstreamResponse
+from gateway.proxy.record import Recorder
+from gateway.proxy.relay import Relay
+from gateway.routing.dispatch import Attempt, Dispatcher, Trail
 from gateway.routing.pools import Pool, Replica
-from gateway.state import GatewayState, ModelRoute
+from gateway.routing.router import RoutePlan
+from gateway.routing.service import Caller
+from gateway.runtime.state import GatewayState
+from gateway.runtime.table import ModelRoute, RoutingTable
 from gateway.telemetry.attempt import UpstreamAttempts
+from gateway.tokens.counting import PromptTokens
+from gateway.upstream.client import UpstreamResponse
+from gateway.wire.outcome import (
+    NOTHING_DELIVERED,
+    NOWHERE,
+    PRINCIPAL_KEY,
+    Arrival,
+    Delivered,
+    Ending,
+    RouteFacts,
+    arrival_of,
+)
+from gateway.wire.request import Operation, ParsedRequest, parse_request, read_body
 
-CLIENT_CLOSED_REQUEST = 499  # nginx's convention, for logs and metrics only
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """What the stages before the exchange decided, for the stages after it."""
+
+    request: ParsedRequest
+    route: ModelRoute
+    prompt: PromptTokens
+    reservation: Reservation
+
+
+@dataclass(frozen=True, slots=True)
+class Exchanged:
+    """How the upstream exchange went: where it was served, what reached the client."""
+
+    ending: Ending
+    route: RouteFacts
+    delivered: Delivered
+    sent_upstream: bool
+    """The request left for an upstream replica (the upstream may have started on it)."""
+    plan: RoutePlan | None
+    attempts: UpstreamAttempts
+    error: BaseException | None = None
+    """Raised again once the request is recorded: a shutdown's cancellation, or a bug."""
 
 
 class ProxyEndpoint:
@@ -34,103 +78,173 @@ class ProxyEndpoint:
         self.operation = operation
         self.state = state
         self.path = "/v1/" + operation.value
+        self.recorder = Recorder(state)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        ctx = context_of(scope)
-        server = self.state.config.server
-        body = await read_body(scope, receive, server.max_body_bytes)
-        request = parse_request(self.operation, body, server.max_tokens_limit)
-        ctx.model, ctx.stream = request.model, request.stream
-        check_model(ctx.principal, request.model)  # one the key may not use: as if absent
-        route = self.state.route(request.model)
-        accounting, counters = self.state.accounting, self.state.routing.counters
-        reservation = await accounting.admit(ctx, request, counters)
-        request = accounting.ask_for_usage(ctx, request)
-        with accounting.settling(ctx, request, reservation, counters):  # settle, record: always
-            await self._watched(route, request, scope, receive, send, ctx)
+        arrival = arrival_of(scope)
+        with self.state.table.serving() as table:  # this request's snapshot, to the end
+            admitted = await self._admit(scope, receive, send, arrival, table)
+            if admitted is None:
+                return
+            exchanged = None
+            try:
+                exchanged = await self._exchange(scope, receive, send, arrival, table, admitted)
+            finally:  # settle and record: exactly once, whatever happened
+                self.recorder.admitted(scope, arrival, table, admitted, exchanged)
+            if exchanged.error is not None:
+                raise exchanged.error
 
-    async def _watched(
-        self,
-        route: ModelRoute,
-        request: ParsedRequest,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        ctx: RequestContext,
-    ) -> None:
-        """The exchange, cancelled at once if the client goes away."""
-        watch = DisconnectWatch(receive)
+    async def _admit(
+        self, scope: Scope, receive: Receive, send: Send, arrival: Arrival, table: RoutingTable
+    ) -> Admitted | None:
+        """Parse, find the model, reserve; a refusal is answered and recorded here."""
+        principal = scope.get(PRINCIPAL_KEY)
+        server = self.state.config.server
+        request: ParsedRequest | None = None
+        route: ModelRoute | None = None
         try:
-            await self._exchange(route, request, scope, send, ctx)
-        except asyncio.CancelledError:
-            if not watch.client_gone():
-                raise
-            ctx.client_disconnected = True
-            ctx.status = CLIENT_CLOSED_REQUEST
-            self.state.metrics.client_disconnects.labels(ctx.model, ctx.pool or "").inc()
-        finally:
-            watch.stop()
+            body = await read_body(scope, receive, server.max_body_bytes)
+            request = parse_request(self.operation, body, server.max_tokens_limit)
+            route = table.route(request.model, principal)
+            prompt = PromptTokens(route.counter, request.operation, request.payload)
+            reservation = await self.state.accounting.admit(
+                arrival, principal, request, prompt, route.default_max_tokens
+            )
+        except GatewayError as err:
+            relay = Relay(send, strip_usage=False)
+            await relay.refuse(err, ())
+            self.recorder.refused(scope, arrival, request, route, relay.delivered())
+            return None
+        return Admitted(request, route, prompt, reservation)
 
     async def _exchange(
         self,
-        route: ModelRoute,
-        request: ParsedRequest,
         scope: Scope,
+        receive: Receive,
         send: Send,
-        ctx: RequestContext,
-    ) -> None:
-        """Route (variant, pool, replica; retries and failover inside), then relay the answer."""
+        arrival: Arrival,
+        table: RoutingTable,
+        admitted: Admitted,
+    ) -> Exchanged:
+        """Route, forward (retries and failover inside), relay; cancelled at once if the client
+        goes away. Returns how it ended, a client that left included."""
+        request = admitted.request
+        relay = Relay(send, strip_usage=request.strip_usage)
+        trail: Trail = []
+        attempts = UpstreamAttempts(self.state.tracing, arrival, request)
+        watch = DisconnectWatch(receive)
+        plan: RoutePlan | None = None
+        error: BaseException | None = None
+        try:
+            caller = _caller(scope)
+            plan = table.routing.plan(
+                admitted.route.router, request, scope, caller, admitted.prompt
+            )
+            ending = await self._serve(
+                scope, table, plan, admitted, arrival, attempts, relay, trail
+            )
+        except asyncio.CancelledError as cancelled:
+            if watch.client_gone():
+                ending = Ending.CLIENT_GONE
+            else:
+                ending, error = Ending.SHUTDOWN, cancelled
+        except GatewayError as err:  # before the answer started: mid-stream ones end the stream
+            ending = _failed_before_answer(plan)
+            route = trail[-1] if trail else NOWHERE
+            await relay.refuse(err, [*admitted.reservation.headers, *route.headers()])
+        except Exception as bug:  # recorded like any other end, then raised for the 500
+            ending, error = Ending.GATEWAY_ERROR, bug
+        finally:
+            watch.stop()
+        return Exchanged(
+            ending,
+            trail[-1] if trail else NOWHERE,
+            relay.delivered() if relay.started else NOTHING_DELIVERED,
+            bool(trail) and trail[-1].replica is not None,
+            plan,
+            attempts,
+            error,
+        )
 
-        attempts = UpstreamAttempts(self.state.tracing, self.state.metrics, ctx, request)
+    async def _serve(
+        self,
+        scope: Scope,
+        table: RoutingTable,
+        plan: RoutePlan,
+        admitted: Admitted,
+        arrival: Arrival,
+        attempts: UpstreamAttempts,
+        relay: Relay,
+        trail: Trail,
+    ) -> Ending:
+        request = admitted.request
 
         async def send_via(pool: Pool, replica: Replica, model: str | None) -> UpstreamResponse:
-            headers = _upstream_headers(scope, pool, ctx)
-            body = _upstream_body(request, model)
-            client = self.state.clients[pool.name]
+            headers = _upstream_headers(scope, arrival, pool)
+            body = request.with_model(model)
             with attempts.sending(replica.url) as attempt:  # one client span per attempt
                 headers.extend(attempt.headers)  # its W3C traceparent
-                return attempt.answered(await client.send(replica.url + self.path, headers, body))
+                response = await pool.client.send(replica.url + self.path, headers, body)
+                return attempt.answered(response)
 
+        attempt = await table.routing.dispatcher.first_answer(plan, send_via, trail)
+        headers = [*admitted.reservation.headers, *trail[-1].headers()]
         try:
-            with attempts:  # the answering attempt ends after the relay, with its phase spans
-                async with self.state.routing.serve(
-                    route.router, request, scope, ctx, send_via
-                ) as up:
-                    await self._relay(up.response, send, ctx)
-        except GatewayError as err:  # before the response started; mid-stream ones end the stream
-            self._count_error(ctx, err)
+            clean = await relay.answer(attempt.response, headers)
+        except GatewayError as err:  # the whole answer failed before it was sent
+            _finish(attempt, err.code or "error", reusable=False)
             raise
-
-    async def _relay(self, response: UpstreamResponse, send: Send, ctx: RequestContext) -> None:
-        metrics = self.state.metrics
-        clean = False
-        try:
-            if response.is_event_stream:
-                await relay_stream(response, send, ctx, metrics)
-            else:
-                await relay_whole(response, send, ctx, metrics)
-            clean = ctx.error_code is None
-        finally:
-            if clean:
-                response.release()
-            else:  # unread bytes or a cancelled read: the connection cannot be reused
-                response.abort()
-
-    def _count_error(self, ctx: RequestContext, err: GatewayError) -> None:
-        ctx.error_code = err.code
-        self.state.metrics.upstream_errors.labels(ctx.pool or "", err.code or "error").inc()
+        except BaseException:  # cancelled: the client left, or the gateway is stopping
+            _finish(attempt, _upstream_failure(attempt, relay), reusable=False, abandoned=True)
+            raise
+        _finish(attempt, _upstream_failure(attempt, relay), reusable=clean)
+        return Ending.COMPLETE if clean else Ending.UPSTREAM_FAILED
 
 
-def _upstream_headers(scope: Scope, pool: Pool, ctx: RequestContext) -> list[tuple[bytes, bytes]]:
-    headers = [(b"content-type", b"application/json"), (b"x-request-id", ctx.request_id.encode())]
+def _failed_before_answer(plan: RoutePlan | None) -> Ending:
+    """A gateway error before any answer: routing refused it (a bad variant header), no pool
+    could take it, or the upstream failed it (connect error, 5xx, timeout)."""
+    return Ending.REFUSED if plan is None else Ending.UPSTREAM_FAILED
+
+
+def _upstream_failure(attempt: Attempt, relay: Relay) -> str | None:
+    """The replica's part in how the answer went: None when it did its job (a 4xx included,
+    which is the client's doing)."""
+    status = attempt.response.status
+    if status >= 500:
+        return f"status {status}"
+    return relay.error_code  # the stream broke or stalled
+
+
+def _finish(
+    attempt: Attempt, failure: str | None, *, reusable: bool, abandoned: bool = False
+) -> None:
+    """The connection back to the pool (or dropped), the replica freed, its breaker told; a
+    client that left gives no verdict unless the upstream had failed already."""
+    if reusable:
+        attempt.response.release()
+    else:  # unread bytes or a cancelled read: the connection cannot be reused
+        attempt.response.abort()
+    Dispatcher.finish(attempt, failure, abandoned=abandoned and failure is None)
+
+
+def _caller(scope: Scope) -> Caller:
+    principal = scope.get(PRINCIPAL_KEY)
+    if principal is None:
+        return Caller(None, None)
+    return Caller(principal.key_id, dict(principal.labels))
+
+
+def _upstream_headers(scope: Scope, arrival: Arrival, pool: Pool) -> list[tuple[bytes, bytes]]:
+    # The upstream sees the gateway's own id (vLLM may use it as its engine request id, so it
+    # must be unique), and the client's correlation id alongside.
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"x-request-id", arrival.request_id.encode()),
+    ]
+    if arrival.correlation_id is not None:
+        headers.append((b"x-client-request-id", arrival.correlation_id.encode()))
     forwarded = pool.forward_headers
     if forwarded:
         headers.extend((k, v) for k, v in scope["headers"] if k in forwarded)
     return headers
-
-
-def _upstream_body(request: ParsedRequest, upstream_model: str | None) -> bytes:
-    """The body as the client sent it, unless the upstream knows the model by another name."""
-    if upstream_model is None or upstream_model == request.model:
-        return request.body
-    return orjson.dumps({**request.payload, "model": upstream_model})

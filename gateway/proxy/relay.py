@@ -2,61 +2,94 @@
 
 An upstream that fails or stalls after the stream has started cannot change the status any more;
 the stream then ends with an OpenAI-style error event, which the OpenAI SDKs raise as an error.
+The relay keeps what it delivered (its meter, the status sent, the first byte's time), so what
+was delivered is known however the exchange ends, a client that left mid-stream included::
+
+    relay = Relay(send, strip_usage=request.strip_usage)
+    await relay.answer(response, headers)      # or: await relay.refuse(err, headers)
+    relay.delivered()                          # -> Delivered
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
 from gateway.asgi import JSON, Send, send_response
-from gateway.context import RequestContext
 from gateway.errors import GatewayError
-from gateway.metrics import GatewayMetrics
-from gateway.proxy.sse import StreamMeter
-from gateway.proxy.upstream import UpstreamResponse
+from gateway.upstream.client import UpstreamResponse
+from gateway.wire.meter import StreamMeter
+from gateway.wire.outcome import Delivered
+
+Header = tuple[bytes, bytes]
 
 
-async def relay_stream(
-    response: UpstreamResponse, send: Send, ctx: RequestContext, metrics: GatewayMetrics
-) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": response.status,
-            "headers": response.relay_headers(),
-        }
-    )
-    meter = ctx.meter = StreamMeter(strip_usage=ctx.strip_usage)
-    first = True
-    try:
-        async for chunk in response.chunks():
-            if first:
-                first = False
-                _first_byte(ctx, metrics)
-            out = meter.feed(chunk)
-            if out:
-                await send({"type": "http.response.body", "body": out, "more_body": True})
-    except GatewayError as err:
-        ctx.error_code = err.code
-        metrics.upstream_errors.labels(ctx.pool or "", err.code or "error").inc()
-        await send({"type": "http.response.body", "body": err.sse_event(), "more_body": True})
-    await send({"type": "http.response.body", "body": meter.flush(), "more_body": False})
+class Relay:
+    __slots__ = ("_first_byte_at", "_send", "error_code", "meter", "status", "upstream_status")
 
+    def __init__(self, send: Send, *, strip_usage: bool) -> None:
+        self._send = send
+        self.meter = StreamMeter(strip_usage=strip_usage)
+        self.status = 0
+        self.upstream_status = 0
+        self.error_code: str | None = None
+        self._first_byte_at: float | None = None
 
-async def relay_whole(
-    response: UpstreamResponse, send: Send, ctx: RequestContext, metrics: GatewayMetrics
-) -> None:
-    """A non-streaming answer: read it whole (it is one JSON document), then send it."""
-    body = await response.read()
-    _first_byte(ctx, metrics)
-    ctx.meter = StreamMeter()
-    ctx.meter.observe_document(body)
-    headers = response.relay_headers()
-    content_type = next((v for k, v in headers if k == b"content-type"), JSON)
-    others = [h for h in headers if h[0] != b"content-type"]
-    await send_response(send, response.status, body, content_type, others)
+    @property
+    def started(self) -> bool:
+        """The response has started: its status can no longer change."""
+        return self.status != 0
 
+    async def answer(self, response: UpstreamResponse, headers: Iterable[Header]) -> bool:
+        """Relay the upstream's answer; True if it ended cleanly (the connection is reusable)."""
+        self.upstream_status = response.status
+        if response.is_event_stream:
+            return await self._stream(response, headers)
+        await self._whole(response, headers)
+        return True
 
-def _first_byte(ctx: RequestContext, metrics: GatewayMetrics) -> None:
-    ctx.time_to_first_byte = time.perf_counter() - ctx.started
-    metrics.time_to_first_byte_by(ctx.model or "", ctx.pool or "").observe(ctx.time_to_first_byte)
+    async def refuse(self, err: GatewayError, headers: Iterable[Header]) -> None:
+        """Answer with the gateway's own error, before any upstream answer was relayed."""
+        self.error_code = err.code
+        self.status = err.status
+        extra = [*((k.encode(), v.encode()) for k, v in err.headers.items()), *headers]
+        await send_response(self._send, err.status, err.body(), extra_headers=extra)
+
+    def delivered(self) -> Delivered:
+        return self.meter.delivered(
+            status=self.status,
+            upstream_status=self.upstream_status,
+            first_byte_at=self._first_byte_at,
+            error_code=self.error_code,
+        )
+
+    async def _stream(self, response: UpstreamResponse, headers: Iterable[Header]) -> bool:
+        send, meter = self._send, self.meter
+        self.status = response.status
+        start = [*response.relay_headers(), *headers]
+        await send({"type": "http.response.start", "status": response.status, "headers": start})
+        clean = True
+        try:
+            async for chunk in response.chunks():
+                if self._first_byte_at is None:
+                    self._first_byte_at = time.perf_counter()
+                out = meter.feed(chunk)
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+        except GatewayError as err:
+            self.error_code = err.code
+            clean = False
+            await send({"type": "http.response.body", "body": err.sse_event(), "more_body": True})
+        await send({"type": "http.response.body", "body": meter.flush(), "more_body": False})
+        return clean
+
+    async def _whole(self, response: UpstreamResponse, headers: Iterable[Header]) -> None:
+        """A non-streaming answer: read it whole (it is one JSON document), then send it."""
+        body = await response.read()
+        self._first_byte_at = time.perf_counter()
+        self.meter.observe_document(body)
+        relayed = response.relay_headers()
+        content_type = next((v for k, v in relayed if k == b"content-type"), JSON)
+        others = [h for h in relayed if h[0] != b"content-type"]
+        self.status = response.status
+        await send_response(self._send, response.status, body, content_type, [*others, *headers])

@@ -17,15 +17,19 @@ and are frozen like the rest of the configuration.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from configkit import StrictModel
+from gateway.tokens.counting import TokenizerConfig
+from gateway.upstream.config import Timeouts
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Strict(StrictModel):
+    """The routing sections' models (strict and frozen like the rest of the config)."""
 
 
 class Role(StrEnum):
@@ -134,3 +138,52 @@ def model_pool_errors(
     if canary is not None and canary.baseline not in variants:
         errors.append(f"{where}.canary.baseline: no variant named {canary.baseline!r}")
     return errors
+
+
+class HealthCheck(_Strict):
+    path: str = "/v1/models"
+    interval: float = Field(5.0, gt=0)
+    timeout: float = Field(2.0, gt=0)
+
+
+class PoolConfig(_Strict):
+    """One upstream pool: replicas (Ray Serve ingress base URLs) serving the same thing."""
+
+    urls: tuple[str, ...] = Field(min_length=1)
+    timeouts: Timeouts = Timeouts()
+    health: HealthCheck = HealthCheck()
+    max_connections: int = Field(1024, gt=0)
+    forward_headers: frozenset[str] = frozenset()
+    """Client request headers passed on to this pool, beyond the gateway's own."""
+    capacity: int | None = Field(None, gt=0)
+    """Requests in flight (all replicas) above which the pool counts as saturated."""
+    breaker: BreakerConfig = BreakerConfig()
+
+    @field_validator("forward_headers")
+    @classmethod
+    def _lower_case(cls, names: frozenset[str]) -> frozenset[str]:
+        return frozenset(n.lower() for n in names)
+
+    @field_validator("urls")
+    @classmethod
+    def _http_urls(cls, urls: tuple[str, ...]) -> tuple[str, ...]:
+        for url in urls:
+            if not re.fullmatch(r"https?://[^/\s]+(/\S*)?", url):
+                raise ValueError(f"not an http(s) base URL: {url!r}")
+        return tuple(u.rstrip("/") for u in urls)
+
+
+class ModelConfig(_Strict):
+    pool: str | None = None
+    """The simple case: one pool. Otherwise ``variants`` (see gateway/routing/config.py)."""
+    upstream_model: str | None = None
+    """The name the upstream serves it under, when it differs from the name clients use."""
+    owned_by: str = "pd-gateway"
+    variants: dict[str, VariantConfig] | None = None
+    routing: RoutingPolicy = RoutingPolicy()
+    canary: CanaryConfig | None = None
+    tokenizer: TokenizerConfig | None = None
+    """This model's own tokenizer, when it differs from the gateway-wide ``tokenizer``."""
+    default_max_tokens: int | None = Field(None, ge=1)
+    """Output tokens reserved for a request of this model that sets no output cap (None: the
+    limits' ``default_max_tokens``)."""

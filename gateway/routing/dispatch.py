@@ -5,8 +5,11 @@ pool first, then the plan's next pool) while attempts and the retry budget last.
 only here, before the response is handed to the relay, so never after a byte reached the client.
 The replica's breaker learns every outcome, the one of the relayed response included::
 
-    async with dispatcher.connect(plan, ctx, send_to) as attempt:
+    attempt = await dispatcher.first_answer(plan, send_to, trail)
+    try:
         await relay(attempt.response)
+    finally:
+        dispatcher.finish(attempt, failure)
 """
 
 from __future__ import annotations
@@ -15,64 +18,28 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from types import TracebackType
 
-from gateway.context import RequestContext
 from gateway.errors import GatewayError, NoHealthyUpstream
-from gateway.proxy.upstream import UpstreamConnectError, UpstreamResponse
 from gateway.routing.config import RetryConfig
 from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.pools import Pool, Replica
 from gateway.routing.router import RoutePlan
+from gateway.upstream.client import UpstreamConnectError, UpstreamResponse
+from gateway.wire.outcome import RouteFacts
 
 SendTo = Callable[[Pool, Replica, str | None], Awaitable[UpstreamResponse]]
 """``await send_to(pool, replica, upstream_model)``: the upstream's response, at its headers."""
 
+Trail = list[RouteFacts]
+"""Where each attempt of one request went, in order; the last is where it was served (or, when
+no pool could take it, why not)."""
 
-@dataclass(slots=True)
+
+@dataclass(frozen=True, slots=True)
 class Attempt:
     pool: Pool
     replica: Replica
     response: UpstreamResponse
-
-
-class Connection:
-    """``async with dispatcher.connect(plan, ctx, send_to) as attempt``: on entry, the attempt
-    that answered (retries and failover done); on exit, its replica released and the outcome
-    told to the replica's breaker. A class rather than a generator-based context manager, which
-    costs several microseconds per request."""
-
-    __slots__ = ("_ctx", "_dispatcher", "_plan", "_send_to", "attempt")
-
-    def __init__(
-        self, dispatcher: Dispatcher, plan: RoutePlan, ctx: RequestContext, send_to: SendTo
-    ) -> None:
-        self._dispatcher = dispatcher
-        self._plan = plan
-        self._ctx = ctx
-        self._send_to = send_to
-
-    async def __aenter__(self) -> Attempt:
-        dispatcher = self._dispatcher
-        dispatcher.budget.on_request()
-        self.attempt = await dispatcher.first_answer(self._plan, self._ctx, self._send_to)
-        return self.attempt
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        attempt = self.attempt
-        pool, replica = attempt.pool, attempt.replica
-        pool.give_back(replica)
-        if exc_type is None:
-            pool.record(replica, _failure(attempt.response.status, self._ctx))
-        elif issubclass(exc_type, asyncio.CancelledError):  # the client left: no verdict
-            replica.breaker.abandon()
-        else:
-            pool.record(replica, "relay failed")
 
 
 class RetryBudget:
@@ -116,13 +83,13 @@ class Dispatcher:
         self.budget = budget or RetryBudget(config)
         self.metrics = metrics
 
-    def connect(self, plan: RoutePlan, ctx: RequestContext, send_to: SendTo) -> Connection:
-        return Connection(self, plan, ctx, send_to)
-
-    async def first_answer(self, plan: RoutePlan, ctx: RequestContext, send_to: SendTo) -> Attempt:
+    async def first_answer(self, plan: RoutePlan, send_to: SendTo, trail: Trail) -> Attempt:
+        """The first attempt that answered (retries and failover done), its replica taken:
+        pair with :meth:`finish`. Raises the gateway error of the last failed attempt."""
+        self.budget.on_request()
         tried: list[Replica] = []
         for number in range(1, self.max_attempts + 1):
-            pool, replica = self._take(plan, ctx, tried)
+            pool, replica = self._take(plan, tried, trail)
             tried.append(replica)
             last = number == self.max_attempts
             try:
@@ -130,7 +97,7 @@ class Dispatcher:
             except UpstreamConnectError as err:
                 pool.give_back(replica)
                 pool.trip(replica, err.message)
-                if last or not self._may_retry(plan, ctx, pool, "connect", tried):
+                if last or not self._may_retry(plan, pool, "connect", tried):
                     raise
                 continue
             except BaseException as err:
@@ -142,38 +109,45 @@ class Dispatcher:
                 raise
             if response.status < 500 or last:
                 return Attempt(pool, replica, response)
-            if not self._may_retry(plan, ctx, pool, "status_5xx", tried):
+            if not self._may_retry(plan, pool, "status_5xx", tried):
                 return Attempt(pool, replica, response)
             response.abort()
             pool.give_back(replica)
             pool.record(replica, f"status {response.status}")
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _may_retry(
-        self, plan: RoutePlan, ctx: RequestContext, pool: Pool, cause: str, tried: list[Replica]
-    ) -> bool:
+    @staticmethod
+    def finish(attempt: Attempt, failure: str | None, *, abandoned: bool = False) -> None:
+        """Give the attempt's replica back and tell its breaker how it went: ``failure`` None
+        when the replica did its job; ``abandoned`` (the client left) gives no verdict."""
+        attempt.pool.give_back(attempt.replica)
+        if abandoned:
+            attempt.replica.breaker.abandon()
+        else:
+            attempt.pool.record(attempt.replica, failure)
+
+    def _may_retry(self, plan: RoutePlan, pool: Pool, cause: str, tried: list[Replica]) -> bool:
         if not _any_left(plan, tried):
             return False
         if not self.budget.try_spend():
-            self.metrics.retries_refused.labels(ctx.model or "").inc()
+            self.metrics.retries_refused.labels(plan.model).inc()
             return False
-        self.metrics.retries.labels(ctx.model or "", pool.name, cause).inc()
+        self.metrics.retries.labels(plan.model, pool.name, cause).inc()
         return True
 
-    def _take(
-        self, plan: RoutePlan, ctx: RequestContext, tried: list[Replica]
-    ) -> tuple[Pool, Replica]:
+    def _take(self, plan: RoutePlan, tried: list[Replica], trail: Trail) -> tuple[Pool, Replica]:
+        variant = plan.variant.name
         try:
             pool, reason, skipped = _pick(plan, tried)
         except _NoPool as none:
-            ctx.routing_reason = plan.pools[0][1] + "+unavailable"
+            trail.append(RouteFacts(variant, None, None, plan.pools[0][1] + "+unavailable"))
             raise NoHealthyUpstream(
                 f"No upstream can take this request now ({none.why}); try again shortly.",
                 headers={"retry-after": "1"},
             ) from None
         replica = pool.take(tried)
-        ctx.pool, ctx.replica = pool.name, replica.url
-        ctx.routing_reason = reason if skipped is None else f"{reason}+failover_{skipped}"
+        why = reason if skipped is None else f"{reason}+failover_{skipped}"
+        trail.append(RouteFacts(variant, pool.name, replica.url, why))
         return pool, replica
 
 
@@ -204,12 +178,3 @@ def _any_left(plan: RoutePlan, tried: list[Replica]) -> bool:
         not pool.saturated and any(r.available and r not in tried for r in pool.replicas)
         for pool, _ in plan.pools
     )
-
-
-def _failure(status: int, ctx: RequestContext) -> str | None:
-    """The breaker's verdict on a relayed response: None when the replica did its job."""
-    if status >= 500:
-        return f"status {status}"
-    if ctx.error_code is not None:  # set by the relay when the stream broke or stalled
-        return ctx.error_code
-    return None

@@ -15,9 +15,10 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Iterator
 from dataclasses import dataclass
 
-from gateway.config import PoolConfig
 from gateway.errors import NoHealthyUpstream
 from gateway.routing.breaker import BreakerState, CircuitBreaker
+from gateway.routing.config import PoolConfig
+from gateway.upstream.client import UpstreamClient
 
 logger = logging.getLogger(__name__)
 
@@ -51,16 +52,30 @@ class Pool:
     """
 
     def __init__(
-        self, name: str, config: PoolConfig, clock: Callable[[], float] = time.monotonic
+        self,
+        name: str,
+        config: PoolConfig,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        client: UpstreamClient | None = None,
     ) -> None:
         self.name = name
         self.config = config
+        self._client = client
         self.replicas = [Replica(url, CircuitBreaker(config.breaker, clock)) for url in config.urls]
         self._next = 0  # rotates the starting point so equal loads spread evenly
         self.forward_headers = frozenset(n.encode() for n in config.forward_headers)
         self.in_flight = 0
         self.retired = False
         """Set when a config reload replaced or removed the pool; its requests may finish."""
+
+    @property
+    def client(self) -> UpstreamClient:
+        """The pool's own upstream client: a request reaches it through the pool it was routed
+        to, never by name, so a reload cannot take it away mid-request."""
+        if self._client is None:
+            raise RuntimeError(f"pool {self.name!r} was built without a client")
+        return self._client
 
     @property
     def healthy(self) -> bool:

@@ -19,10 +19,16 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gateway.config import ModelConfig
 from gateway.errors import InvalidParameter
 from gateway.routing.canary import SlidingWindow, choose_variant, rollback_reason
-from gateway.routing.config import CanaryConfig, Role, RoutingPolicy, VariantConfig, VariantPools
+from gateway.routing.config import (
+    CanaryConfig,
+    ModelConfig,
+    Role,
+    RoutingPolicy,
+    VariantConfig,
+    VariantPools,
+)
 from gateway.routing.pools import Pool
 
 logger = logging.getLogger(__name__)
@@ -59,6 +65,7 @@ class Variant:
 
 @dataclass(frozen=True, slots=True)
 class RoutePlan:
+    model: str
     variant: Variant
     pools: tuple[tuple[Pool, str], ...]
     """Pools in the order to try them, each with its routing reason."""
@@ -147,14 +154,14 @@ class ModelRouter:
         by_role = variant.by_role
         if len(by_role) == 1:
             (pool,) = by_role.values()
-            return RoutePlan(variant, ((pool, "single_pool"),))
+            return RoutePlan(self.name, variant, ((pool, "single_pool"),))
         role, reason = self._preferred_role(prompt_tokens, max_tokens, hint)
         other = Role.COLOCATED if role is Role.PD else Role.PD
         order = [(by_role[role], reason)]
         limit = self.policy.colocated_max_prompt_tokens
         if other is Role.PD or limit is None or prompt_tokens <= limit:
             order.append((by_role[other], reason))
-        return RoutePlan(variant, tuple(order))
+        return RoutePlan(self.name, variant, tuple(order))
 
     def _preferred_role(
         self, prompt_tokens: int, max_tokens: int | None, hint: Role | None

@@ -7,18 +7,18 @@ storage:
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
+
+from configkit import StrictModel
 
 DEFAULT_URL = "sqlite:///data/pd-gateway.db"
 SQLITE_SCHEMES = ("sqlite",)
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 
 
-class StorageConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class StorageConfig(StrictModel):
     url: str = Field(DEFAULT_URL, repr=False)
     """``sqlite:///relative/or//absolute/path.db`` or ``postgresql://user:pass@host/db``. Not in
     the repr: it may carry a password."""

@@ -8,7 +8,7 @@ its schema; it never edits an applied one. ``schema_migrations`` records what ea
         Migration("ledger", 1, "usage rows", ("CREATE TABLE usage_ledger (...)",)),
     )
 
-and the tuple is listed once in :func:`gateway.storage.registry.all_migrations`.
+and the tuple is listed once in :func:`gateway.runtime.migrations.all_migrations`.
 
 The SQL is written once for both backends where it can be (TEXT, INTEGER, BIGINT, BOOLEAN,
 DOUBLE PRECISION mean the same to both); ``postgresql=``/``sqlite=`` replace the statements on that

@@ -1,17 +1,18 @@
 """Client spans for the upstream attempts of one request, ``prefill``/``decode`` children for the
 attempt that answered, and the per-phase metrics, all from facts the pipeline already has::
 
-    with UpstreamAttempts(tracing, metrics, ctx, request) as attempts:
-        ...                                               # routing, retries
-        with attempts.sending(replica.url) as attempt:    # one client span per attempt
-            headers.extend(attempt.headers)               # W3C traceparent of this attempt
-            return attempt.answered(await client.send(url, headers, body))
-        ...                                               # relay (fills ctx.meter)
+    attempts = UpstreamAttempts(tracing, arrival, request)
+    ...                                                   # routing, retries
+    with attempts.sending(replica.url) as attempt:        # one client span per attempt
+        headers.extend(attempt.headers)                   # W3C traceparent of this attempt
+        return attempt.answered(await client.send(url, headers, body))
+    ...                                                   # relay, settle
+    attempts.end(outcome)                                 # the answering attempt, its phases
 
 A failed send ends its attempt's span at once. The attempt that answered stays open until the
-block ends; then the relay's meter (``ctx.meter``) gives its phase spans, made after the fact
-with explicit start and end times so a stream costs no span work per chunk. Spans that are not
-sampled skip all attribute work (``is_recording``); metrics are recorded for every request.
+request's outcome is known; its phase spans are made then, after the fact, with explicit start and
+end times, so a stream costs no span work per chunk. Spans that are not sampled skip all attribute
+work (``is_recording``). The per-phase metrics come from the same outcome (gateway/proxy/record.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import asyncio
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from types import TracebackType
 from typing import Protocol, TypeVar
 from urllib.parse import urlsplit
 
@@ -28,15 +28,14 @@ import orjson
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, set_span_in_context
 from opentelemetry.util.types import AttributeValue
 
-from gateway.context import RequestContext
 from gateway.errors import GatewayError
-from gateway.metrics import GatewayMetrics
-from gateway.proxy.parse import Operation, ParsedRequest
-from gateway.proxy.sse import StreamMeter
 from gateway.telemetry import attributes as attr
 from gateway.telemetry.phases import Phases, phases_of
 from gateway.telemetry.provider import Tracing
 from gateway.telemetry.server import request_facts
+from gateway.wire.outcome import Arrival, Outcome
+from gateway.wire.request import Operation, ParsedRequest
+from gateway.wire.usage import UsageSource
 
 GEN_AI_OPERATION = {
     Operation.CHAT: "chat",
@@ -57,24 +56,18 @@ AnswerT = TypeVar("AnswerT", bound=_Answer)
 class UpstreamAttempts:
     """The upstream attempts of one request (see the module's docstring for use)."""
 
-    __slots__ = ("_answered", "_ctx", "_metrics", "_request", "_tracing")
+    __slots__ = ("_answered", "_arrival", "_request", "_tracing")
 
-    def __init__(
-        self, tracing: Tracing, metrics: GatewayMetrics, ctx: RequestContext, request: ParsedRequest
-    ) -> None:
+    def __init__(self, tracing: Tracing, arrival: Arrival, request: ParsedRequest) -> None:
         self._tracing = tracing
-        self._metrics = metrics
-        self._ctx = ctx
+        self._arrival = arrival
         self._request = request
         self._answered: _Attempt | None = None
-
-    def __enter__(self) -> UpstreamAttempts:
-        return self
 
     @contextmanager
     def sending(self, url: str) -> Iterator[_Attempt]:
         """One attempt: its client span starts here; ``attempt.headers`` carry its traceparent."""
-        attempt = _Attempt(self._tracing, self._ctx, self._request, url)
+        attempt = _Attempt(self._tracing, self._arrival, self._request, url)
         try:
             yield attempt
         except BaseException as exc:
@@ -84,32 +77,20 @@ class UpstreamAttempts:
             self._answered.end(None, time.perf_counter(), None)
         self._answered = attempt
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        ended_at = time.perf_counter()
-        phases = None
-        meter = self._ctx.meter
-        if meter is not None and self._answered is not None:
-            phases = phases_of(
-                meter,
-                streamed=self._request.stream,
-                sent_at=self._answered.sent_at,
-                ended_at=ended_at,
-            )
-            observe_phases(self._metrics, self._ctx, phases)
-        if self._answered is not None:
-            self._answered.end(exc, ended_at, phases)
+    def end(self, outcome: Outcome) -> None:
+        """End the attempt that answered, with the request's outcome and its phase spans."""
+        answered, self._answered = self._answered, None
+        if answered is None:
+            return
+        phases = phases_of(outcome, sent_at=answered.sent_at)
+        answered.end(None, outcome.finished, phases, outcome)
 
 
 class _Attempt:
     """The client span of one attempt, named ``{operation} {model}`` (``chat qwen``)."""
 
     __slots__ = (
-        "_ctx",
+        "_arrival",
         "_request",
         "_tracing",
         "_url",
@@ -121,10 +102,10 @@ class _Attempt:
     )
 
     def __init__(
-        self, tracing: Tracing, ctx: RequestContext, request: ParsedRequest, url: str
+        self, tracing: Tracing, arrival: Arrival, request: ParsedRequest, url: str
     ) -> None:
         self._tracing = tracing
-        self._ctx = ctx
+        self._arrival = arrival
         self._request = request
         self._url = url
         self._wall_ns = time.time_ns()
@@ -145,10 +126,16 @@ class _Attempt:
         self.status = response.status
         return response
 
-    def end(self, exc: BaseException | None, ended_at: float, phases: Phases | None) -> None:
+    def end(
+        self,
+        exc: BaseException | None,
+        ended_at: float,
+        phases: Phases | None,
+        outcome: Outcome | None = None,
+    ) -> None:
         span = self.span
         if span.is_recording():
-            self._describe(span, exc, phases is not None)
+            self._describe(span, exc, outcome)
             if phases is not None:
                 self._phase_spans(span, phases)
         span.end(end_time=self._ns(ended_at))
@@ -157,9 +144,9 @@ class _Attempt:
         """A perf_counter reading as the epoch nanoseconds spans use."""
         return self._wall_ns + int((perf - self.sent_at) * 1e9)
 
-    def _describe(self, span: Span, exc: BaseException | None, answered: bool) -> None:
+    def _describe(self, span: Span, exc: BaseException | None, outcome: Outcome | None) -> None:
         # One dict, one set_attributes: each SDK call takes a lock and validates.
-        request, ctx = self._request, self._ctx
+        request = self._request
         where = urlsplit(self._url)
         found: dict[str, AttributeValue | None] = {
             attr.OPERATION_NAME: GEN_AI_OPERATION[request.operation],
@@ -170,15 +157,15 @@ class _Attempt:
             attr.SERVER_ADDRESS: where.hostname or "",
             attr.SERVER_PORT: where.port,
             attr.REPLICA: self._url,
-            attr.REQUEST_ID: ctx.request_id,
+            attr.REQUEST_ID: self._arrival.request_id,
             attr.HTTP_STATUS: self.status or None,
-            **request_facts(ctx),
         }
         if self._tracing.config.capture_content:
             found[attr.INPUT_MESSAGES] = self._content()
-        if answered and ctx.meter is not None:
-            found.update(_response_facts(ctx.meter))
-        error = _error_type(exc, ctx if answered else None, self.status)
+        if outcome is not None:
+            found.update(request_facts(outcome))
+            found.update(_response_facts(outcome))
+        error = _error_type(exc, outcome, self.status)
         if error is not None:
             found[attr.ERROR_TYPE] = error
             span.set_status(Status(StatusCode.ERROR, error))
@@ -241,27 +228,23 @@ def _token_facts(phases: Phases) -> dict[str, AttributeValue | None]:
     }
 
 
-def _response_facts(meter: StreamMeter) -> dict[str, AttributeValue | None]:
-    usage = meter.usage or {}
+def _response_facts(outcome: Outcome) -> dict[str, AttributeValue | None]:
+    delivered, usage = outcome.delivered, outcome.usage
     facts: dict[str, AttributeValue | None] = {
-        attr.RESPONSE_ID: meter.response_id or None,
-        attr.RESPONSE_MODEL: meter.response_model or None,
-        attr.RESPONSE_FINISH_REASONS: meter.finish_reasons or None,
+        attr.RESPONSE_ID: delivered.response_id,
+        attr.RESPONSE_MODEL: delivered.response_model,
+        attr.RESPONSE_FINISH_REASONS: list(delivered.finish_reasons) or None,
     }
-    for key, name in (
-        (attr.USAGE_INPUT_TOKENS, "prompt_tokens"),
-        (attr.USAGE_OUTPUT_TOKENS, "completion_tokens"),
-    ):
-        value = usage.get(name)
-        if isinstance(value, int):
-            facts[key] = value
+    if usage.source is UsageSource.UPSTREAM:
+        facts[attr.USAGE_INPUT_TOKENS] = usage.input_tokens
+        facts[attr.USAGE_OUTPUT_TOKENS] = usage.output_tokens
     return facts
 
 
-def _error_type(exc: BaseException | None, ctx: RequestContext | None, status: int) -> str | None:
+def _error_type(exc: BaseException | None, outcome: Outcome | None, status: int) -> str | None:
     """Low-cardinality: the gateway's error code, ``cancelled``, or the upstream's status.
 
-    ``ctx`` is given for the attempt that answered the client: its relay's failures count too.
+    ``outcome`` is given for the attempt that answered the client: its relay's failures count.
     """
     if isinstance(exc, GatewayError):
         return exc.code or type(exc).__name__
@@ -269,28 +252,11 @@ def _error_type(exc: BaseException | None, ctx: RequestContext | None, status: i
         return "cancelled"
     if exc is not None:
         return type(exc).__qualname__
-    if ctx is not None and ctx.error_code is not None:  # a failure after the stream started
-        return ctx.error_code
+    if outcome is not None and outcome.error_code is not None:  # failed after the answer began
+        return outcome.error_code
     if status >= 400:
         return str(status)
     return None
-
-
-def observe_phases(metrics: GatewayMetrics, ctx: RequestContext, phases: Phases) -> None:
-    """Time to first token, time per output token and token counts, for every request."""
-    model, pool = ctx.model or "", ctx.pool or ""
-    if phases.first_token_at is not None:
-        metrics.time_to_first_token_by(
-            model, pool, prompt_length_band(phases.input_tokens)
-        ).observe(phases.first_token_at - ctx.started)
-    per_token = phases.time_per_output_token
-    if per_token is not None:
-        metrics.time_per_output_token_by(model, pool).observe(per_token)
-    tenant = ctx.tenant_id or ""
-    if phases.input_tokens:
-        metrics.tokens_by(tenant, model, "input").inc(phases.input_tokens)
-    if phases.output_tokens:
-        metrics.tokens_by(tenant, model, "output").inc(phases.output_tokens)
 
 
 # Upper bounds of prompt-length bands (tokens): a bounded label for TTFT versus prompt length.

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from configkit import StrictModel
 
 Protocol = Literal["http/protobuf", "grpc"]
 
 
-class TracingConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class TracingConfig(StrictModel):
     enabled: bool = False
     protocol: Protocol | None = None
     endpoint: str | None = None

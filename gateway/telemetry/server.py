@@ -1,8 +1,8 @@
 """The server span of each proxied request: a pure-ASGI layer just inside the request-id one.
 
 It continues an incoming W3C ``traceparent``, makes its span current for the pipeline (so the
-upstream attempt's client span is its child), and reads the request's facts from the
-:class:`RequestContext` when the response is done. Health probes and ``/metrics`` are not traced.
+upstream attempt's client span is its child), and reads the request's facts from its one
+:class:`Outcome` when the response is done. Health probes and ``/metrics`` are not traced.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from starlette.types import ASGIApp
 
 from gateway.asgi import Receive, Scope, Send
-from gateway.context import RequestContext, context_of
 from gateway.telemetry import attributes as attr
 from gateway.telemetry.provider import Tracing
+from gateway.wire.outcome import Ending, Outcome, arrival_of
 
 _TRACE_HEADERS = (b"traceparent", b"tracestate")
 
@@ -77,46 +77,51 @@ class ServerSpanMiddleware:
             raise
         finally:
             otel_context.detach(token)
-            if span.is_recording():
-                describe_request(span, scope, context_of(scope))
+            outcome = arrival_of(scope).slot.value
+            if span.is_recording() and outcome is not None:
+                describe_request(span, scope, outcome)
             span.end()
 
 
-def describe_request(span: Span, scope: Scope, ctx: RequestContext) -> None:
+def describe_request(span: Span, scope: Scope, outcome: Outcome) -> None:
     """The request's facts as attributes; only for spans being recorded (sampled)."""
-    ctx.trace_id = f"{span.get_span_context().trace_id:032x}"  # for the access log
+    status, error = outcome.status, outcome.error_code
     span.set_attributes(
         {
             attr.HTTP_METHOD: scope["method"],
             attr.HTTP_ROUTE: scope["path"],
             attr.URL_PATH: scope["path"],
-            attr.REQUEST_ID: ctx.request_id,
+            attr.REQUEST_ID: outcome.arrival.request_id,
         }
     )
-    if ctx.status:
-        span.set_attribute(attr.HTTP_STATUS, ctx.status)
-    for key, value in request_facts(ctx).items():
+    if status:
+        span.set_attribute(attr.HTTP_STATUS, status)
+    for key, value in request_facts(outcome).items():
         if value is not None:
             span.set_attribute(key, value)
-    if ctx.client_disconnected:
+    if outcome.ending is Ending.CLIENT_GONE:
         span.set_attribute(attr.CLIENT_DISCONNECTED, True)
-    if ctx.status >= 400 or ctx.error_code is not None:
-        span.set_attribute(attr.ERROR_TYPE, ctx.error_code or str(ctx.status))
-    if ctx.status >= 500:  # a 4xx is the client's doing, not a failed server span
-        span.set_status(Status(StatusCode.ERROR, ctx.error_code or str(ctx.status)))
+    if status >= 400 or error is not None:
+        span.set_attribute(attr.ERROR_TYPE, error or str(status))
+    if status >= 500:  # a 4xx is the client's doing, not a failed server span
+        span.set_status(Status(StatusCode.ERROR, error or str(status)))
 
 
-def request_facts(ctx: RequestContext) -> dict[str, str | None]:
-    """The gateway's own per-request attributes, shared by the server and client spans.
-
-    Tenant, key public id, variant and routing reason are filled in by the authentication and
-    routing stages (issues 4 and 6) on the RequestContext; absent facts are simply left out.
-    """
+def request_facts(outcome: Outcome) -> dict[str, str | None]:
+    """The gateway's own per-request attributes, shared by the server and client spans."""
+    route = outcome.route
     return {
-        attr.MODEL: ctx.model,
-        attr.POOL: ctx.pool,
-        attr.VARIANT: ctx.variant,
-        attr.ROUTING_REASON: ctx.routing_reason,
-        attr.TENANT: ctx.tenant_id,
-        attr.KEY_PUBLIC_ID: ctx.key_public_id,
+        attr.MODEL: outcome.model,
+        attr.POOL: route.pool,
+        attr.VARIANT: route.variant,
+        attr.ROUTING_REASON: route.reason,
+        attr.TENANT: outcome.tenant_id,
+        attr.KEY_PUBLIC_ID: outcome.key_id,
     }
+
+
+def current_trace_id() -> str | None:
+    """The current span's trace id (32 hex digits) when it is sampled: the log line that finds
+    the trace."""
+    context = trace.get_current_span().get_span_context()
+    return f"{context.trace_id:032x}" if context.is_valid and context.trace_flags.sampled else None

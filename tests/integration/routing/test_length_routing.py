@@ -8,8 +8,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from gateway.accounting.tokens import TokenizerConfig, build_token_counter
-from gateway.proxy.parse import Operation
+from gateway.tokens.counting import TokenizerConfig, build_token_counter
+from gateway.wire.request import Operation
 from tests.gatewayproc import GatewayProcess, start_gateway
 from tests.integration.routing.conftest import (
     LONG,

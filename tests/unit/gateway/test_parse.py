@@ -1,8 +1,10 @@
+import json
+
 import orjson
 import pytest
 
 from gateway.errors import BodyTooLarge, InvalidJSON, InvalidParameter, UnsupportedMediaType
-from gateway.proxy.parse import Operation, parse_request, read_body
+from gateway.wire.request import Operation, parse_request, read_body
 
 
 def body(**fields: object) -> bytes:
@@ -16,8 +18,29 @@ def test_chat_request_parsed_and_unknown_fields_kept() -> None:
     raw = body(**CHAT, stream=True, max_tokens=5, logit_bias={"1": 2}, custom="x")
     req = parse_request(Operation.CHAT, raw, 100)
     assert (req.model, req.stream, req.max_tokens) == ("m", True, 5)
-    assert req.body is raw
     assert req.payload["custom"] == "x"
+    # A stream whose client did not ask for usage asks for it upstream (stripped on the way back)
+    assert req.strip_usage and req.payload["stream_options"] == {"include_usage": True}
+    raw_whole = body(**CHAT, max_tokens=5)
+    whole = parse_request(Operation.CHAT, raw_whole, 100)
+    assert whole.body is raw_whole and not whole.strip_usage  # passed through untouched
+
+
+def test_reservation_inputs_follow_vllm() -> None:
+    req = parse_request(Operation.CHAT, body(**CHAT, max_tokens=500, max_completion_tokens=7), 1000)
+    assert req.max_tokens == 7  # vLLM caps the output with max_completion_tokens when given
+    req = parse_request(Operation.COMPLETION, body(model="m", prompt="p", n=2, best_of=5), 1000)
+    assert req.choices == 5
+
+
+def test_a_body_too_deep_to_forward_is_a_400_before_anything_is_reserved() -> None:
+    deep: object = "x"
+    for _ in range(300):
+        deep = [deep]
+    with pytest.raises(InvalidJSON, match="cannot be forwarded"):
+        # orjson reads 300 levels but writes at most 254: built with the standard library here
+        raw = json.dumps({**CHAT, "stream": True, "deep": deep}).encode()
+        parse_request(Operation.CHAT, raw, 100)
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 import pytest
 
-from gateway.config import PoolConfig
 from gateway.errors import NoHealthyUpstream
+from gateway.routing.config import PoolConfig
 from gateway.routing.pools import Pool, check_once
 
 

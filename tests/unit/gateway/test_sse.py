@@ -2,7 +2,7 @@ import itertools
 
 import orjson
 
-from gateway.proxy.sse import StreamMeter
+from gateway.wire.meter import StreamMeter
 
 
 def event(obj: object) -> bytes:

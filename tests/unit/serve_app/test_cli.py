@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from serve_app.cli import main
-from serve_app.config import load_serving_config
+from serve_app.loader import load_serving_config
 from serve_app.local import base_urls, local_down, localise
 
 EXAMPLES = Path(__file__).parents[3] / "examples" / "serving"

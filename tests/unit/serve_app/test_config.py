@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from serve_app.config import ConfigError, load_serving_config, parse_serving_config
+from serve_app.loader import ConfigError, load_serving_config, parse_serving_config
 
 EXAMPLES = Path(__file__).parents[3] / "examples" / "serving"
 PRODUCTION = EXAMPLES / "qwen3.5-9b-g6.yaml"

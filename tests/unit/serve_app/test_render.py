@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from serve_app.config import ServingConfig, load_serving_config
+from serve_app.config import ServingConfig
+from serve_app.loader import load_serving_config
 from serve_app.render import (
     COLOCATED_BUILDER,
     PD_BUILDER,

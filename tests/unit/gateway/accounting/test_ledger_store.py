@@ -6,8 +6,8 @@ import asyncio
 
 from gateway.accounting.ledger import Ledger, UsageRow
 from gateway.accounting.ledger_sql import SqlLedgerStore, UsageQuery
+from gateway.runtime.migrations import all_migrations
 from gateway.storage import Database
-from gateway.storage.registry import all_migrations
 
 DAY = 86400
 T0 = 1_800_000_000.0  # 2027-01-15 08:00 UTC

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import tiktoken
 
-from gateway.accounting.tokens import (
+from gateway.tokens.counting import (
     TokenizerConfig,
     TokenizerUnavailable,
     build_token_counter,
@@ -15,7 +15,7 @@ from gateway.accounting.tokens import (
     install_packaged_bpe,
     tiktoken_cache_dir,
 )
-from gateway.proxy.parse import Operation
+from gateway.wire.request import Operation
 
 SAMPLE_TEXT = Path(tiktoken.__file__).parent.parent.joinpath("pydantic", "main.py").read_text()
 

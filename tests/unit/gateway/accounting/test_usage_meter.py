@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-from gateway.accounting.tokens import TokenCounter, TokenizerConfig, build_token_counter
-from gateway.accounting.usage import (
+from gateway.tokens.counting import TokenCounter, TokenizerConfig, build_token_counter
+from gateway.wire.meter import StreamMeter
+from gateway.wire.request import Operation
+from gateway.wire.usage import (
     Usage,
+    UsageSource,
     client_wants_usage,
-    measured_usage,
+    settle_usage,
     usage_requested,
 )
-from gateway.proxy.parse import Operation
-from gateway.proxy.sse import StreamMeter
 
 CORPUS = Path(orjson.__file__).parent.parent.joinpath("pydantic", "main.py").read_text()
 
@@ -70,7 +72,7 @@ def test_upstream_usage_is_the_truth_and_its_chunk_is_stripped() -> None:
     forwarded = meter.feed(stream[:50]) + meter.feed(stream[50:]) + meter.flush()
     assert b'"usage"' not in forwarded and forwarded.endswith(b"data: [DONE]\n\n")
     assert forwarded.count(b"data: ") == 3
-    assert measured_usage(meter, lambda: 999, None) == Usage(7, 2, 4, partial=False)
+    assert settled(meter, reached=True) == Usage(7, 2, 4, UsageSource.UPSTREAM)
 
 
 def test_the_client_that_asked_keeps_the_usage_chunk() -> None:
@@ -86,10 +88,10 @@ def test_cut_stream_counts_delivered_output_exactly(counter: TokenCounter) -> No
     pieces = [text[i : i + 5] for i in range(0, len(text), 5)]
     for piece in pieces:
         meter.feed(chunk(piece))
-    used = measured_usage(meter, prompt_tokens=lambda: 321, counter=counter)
+    used = settled(meter, reached=True, prompt=321, count_text=counter.count_text)
     exact = len(reference.encode(text, add_special_tokens=False).ids)
     assert exact > 2000  # "a few thousand tokens"
-    assert used == Usage(321, exact, 0, partial=True)
+    assert used == Usage(321, exact, 0, UsageSource.COUNTED, partial=True)
 
 
 def test_long_chat_prompt_counted_exactly_with_the_template(counter: TokenCounter) -> None:
@@ -110,8 +112,37 @@ def test_long_chat_prompt_counted_exactly_with_the_template(counter: TokenCounte
     assert counter.count_request(Operation.CHAT, {"messages": messages}) == exact
 
 
-def test_failure_before_output_uses_nothing() -> None:
+def test_a_request_that_never_reached_the_upstream_uses_nothing() -> None:
+    meter = StreamMeter()
+    assert settled(meter, reached=False) == Usage(0, 0, 0, UsageSource.NONE)
+
+
+def test_reaching_the_upstream_charges_the_counted_prompt_at_least() -> None:
+    """A client that leaves right after prefill (the first chunk, no content yet) still pays
+    its prompt: leaving early is never free."""
     meter = StreamMeter()
     meter.feed(b'data: {"id":"c1","choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n')
-    assert measured_usage(meter, lambda: 50, None).total == 0
-    assert measured_usage(None, lambda: 50, None) == Usage(0, 0, 0, partial=False)
+    assert settled(meter, reached=True, prompt=50) == Usage(
+        50, 0, 0, UsageSource.COUNTED, partial=True
+    )
+
+
+def settled(
+    meter: StreamMeter,
+    *,
+    reached: bool,
+    prompt: int = 999,
+    count_text: Callable[[str], int] | None = None,
+) -> Usage:
+    delivered = meter.delivered(
+        status=200, upstream_status=200, first_byte_at=None, error_code=None
+    )
+    return settle_usage(
+        reported=delivered.upstream_usage,
+        reached=reached,
+        complete=False,
+        prompt_tokens=lambda: prompt,
+        output_text=delivered.output_text,
+        content_events=delivered.content_events,
+        count_text=count_text,
+    )

@@ -13,8 +13,8 @@ from gateway.auth.keys import KeyHasher
 from gateway.auth.manage import KeyManager, KeySpec, TenantSpec
 from gateway.auth.middleware import AuthMiddleware, public_paths
 from gateway.auth.store import AuthStore
-from gateway.context import SCOPE_KEY, RequestContext
 from gateway.storage import Database
+from gateway.wire.outcome import PRINCIPAL_KEY
 
 HASHER = KeyHasher(b"unit-test-hash-secret")
 
@@ -55,7 +55,6 @@ def _http(path: str, *headers: tuple[bytes, bytes]) -> dict[str, Any]:
         "type": "http",
         "path": path,
         "headers": list(headers),
-        SCOPE_KEY: RequestContext("rid", 0.0),
     }
 
 
@@ -63,10 +62,10 @@ async def test_a_valid_key_reaches_the_app_with_its_principal(setup: Any) -> Non
     middleware, inner, token, _ = setup
     scope = _http("/v1/chat/completions", (b"authorization", f"Bearer {token}".encode()))
     await middleware(scope, None, Sent())
-    ctx = scope[SCOPE_KEY]
+    principal = scope[PRINCIPAL_KEY]
     assert inner.seen == [scope]
-    assert ctx.principal is not None and ctx.tenant_id == "acme"
-    assert ctx.key_public_id == token.split("-")[2]
+    assert principal.tenant_id == "acme"
+    assert principal.key_id == token.split("-")[2]
 
 
 async def test_refusals_are_rendered_here_and_stop_the_request(setup: Any) -> None:
@@ -82,7 +81,7 @@ async def test_refusals_are_rendered_here_and_stop_the_request(setup: Any) -> No
         await middleware(scope, None, sent)
         assert sent.messages[0]["status"] == status
         assert orjson.loads(sent.messages[1]["body"])["error"]["code"] == code
-        assert scope[SCOPE_KEY].error_code == code
+        assert PRINCIPAL_KEY not in scope
     assert inner.seen == []
 
 
@@ -91,7 +90,7 @@ async def test_admin_keys_open_admin_routes(setup: Any) -> None:
     scope = _http("/admin/tenants", (b"authorization", f"Bearer {admin}".encode()))
     await middleware(scope, None, Sent())
     assert inner.seen == [scope]
-    assert scope[SCOPE_KEY].principal is None
+    assert PRINCIPAL_KEY not in scope  # an admin key is no tenant principal
 
 
 async def test_public_paths_and_lifespan_pass_websockets_do_not(setup: Any) -> None:

@@ -70,18 +70,18 @@ async def test_refusals_name_the_limit_and_carry_the_headers() -> None:
     frozen = MemoryLimiter(clock=lambda: 1_800_000_000.0)  # no refill between the two
     stage = RateLimiter(config, frozen, LimitMetrics(metrics.registry, metrics.rate_limit_refusals))
     subjects = stage.subjects(None)
-    headers: list[tuple[bytes, bytes]] = []
-    await stage.admit("r1", subjects, 10, 90, headers)
-    assert dict(headers)[b"x-ratelimit-remaining-tokens"] == b"900"
+    reservation = await stage.admit("r1", subjects, 100)
+    assert dict(reservation.headers)[b"x-ratelimit-remaining-tokens"] == b"900"
     with pytest.raises(RateLimited) as refused:
-        await stage.admit("r2", subjects, 10, 90, [])
+        await stage.admit("r2", subjects, 100)
     err = refused.value
+    assert err.headers["x-ratelimit-remaining-requests"] == "0"  # the quotas ride on the 429
     assert type(err) is RateLimited and err.error_type == "requests"
     assert err.message.startswith("Rate limit reached for requests per minute on key anonymous")
     assert err.headers["retry-after"] == "60" and err.headers["retry-after-ms"] == "60000"
     small = limiter(defaults={"tokens_per_minute": 10})
     with pytest.raises(TokensRateLimited, match="Request too large for tokens per minute"):
-        await small.admit("r3", small.subjects(None), 5, 6, [])
+        await small.admit("r3", small.subjects(None), 11)
 
 
 async def test_unreachable_store_fails_open_or_closed() -> None:
@@ -93,11 +93,11 @@ async def test_unreachable_store_fails_open_or_closed() -> None:
         )  # fmt: skip
         try:
             if policy == "open":
-                reservation = await stage.admit("r", stage.subjects(None), 1, 1, [])
+                reservation = await stage.admit("r", stage.subjects(None), 2)
                 assert reservation.ticket is None and not stage.reachable
             else:
                 with pytest.raises(LimiterUnavailable):
-                    await stage.admit("r", stage.subjects(None), 1, 1, [])
+                    await stage.admit("r", stage.subjects(None), 2)
             assert (await stage.readiness())["ready"] is (policy == "open")
         finally:
             await stage.aclose()

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.config import PoolConfig
-from gateway.routing.config import RetryConfig, VariantConfig, VariantPools
+from gateway.routing.config import PoolConfig, RetryConfig, VariantConfig, VariantPools
 from gateway.routing.dispatch import RetryBudget, _NoPool, _pick
 from gateway.routing.pools import Pool
 from gateway.routing.router import RoutePlan, Variant
@@ -19,7 +18,7 @@ def pool(name: str, replicas: int = 1, capacity: int | None = None) -> Pool:
 def plan(*pools: Pool, reason: str = "prompt_long") -> RoutePlan:
     config = VariantConfig(weight=1, pools=VariantPools(pd=pools[0].name))
     variant = Variant("stable", config, {p.name: p for p in pools}, 60.0, None)
-    return RoutePlan(variant, tuple((p, reason) for p in pools))
+    return RoutePlan("m", variant, tuple((p, reason) for p in pools))
 
 
 def test_preferred_pool_when_it_can_take_the_request() -> None:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import orjson
 
-from gateway.proxy.sse import StreamMeter
+from gateway.wire.meter import StreamMeter
+from gateway.wire.outcome import Arrival, Ending, Outcome, RouteFacts
+from gateway.wire.request import Operation
+from gateway.wire.usage import settle_usage
 
 
 class StepClock:
@@ -41,3 +44,45 @@ def streamed_meter(
         meter.feed(usage(prompt=300, completion=tokens))
     meter.feed(b"data: [DONE]\n\n")
     return meter
+
+
+def outcome_of(
+    meter: StreamMeter,
+    *,
+    streamed: bool,
+    started: float,
+    finished: float,
+    first_byte_at: float | None = None,
+    ending: Ending = Ending.COMPLETE,
+) -> Outcome:
+    """The outcome of a request whose relay metered ``meter``, settled by the pipeline's rule."""
+    delivered = meter.delivered(
+        status=200, upstream_status=200, first_byte_at=first_byte_at, error_code=None
+    )
+    usage = settle_usage(
+        reported=delivered.upstream_usage,
+        reached=True,
+        complete=ending is Ending.COMPLETE,
+        prompt_tokens=lambda: 42,
+        output_text="",
+        content_events=delivered.content_events,
+        count_text=None,
+    )
+    return Outcome(
+        arrival=Arrival("gw-1", None, started, 0.0),
+        method="POST",
+        path="/v1/chat/completions",
+        operation=Operation.CHAT,
+        model="m",
+        stream=streamed,
+        tenant_id=None,
+        key_id=None,
+        route=RouteFacts("default", "pd", "http://up", "single_pool"),
+        delivered=delivered,
+        ending=ending,
+        admitted=True,
+        reached_upstream=True,
+        usage=usage,
+        prompt_tokens=42,
+        finished=finished,
+    )

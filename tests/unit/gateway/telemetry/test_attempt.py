@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import orjson
 import pytest
+from gateway.context import RequestContext
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -16,12 +17,11 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import NoOpTracer, SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from gateway.context import RequestContext
 from gateway.errors import UpstreamTimeout
 from gateway.metrics import GatewayMetrics
-from gateway.proxy.parse import Operation, ParsedRequest, parse_request
 from gateway.telemetry import Tracing, TracingConfig
 from gateway.telemetry.attempt import UpstreamAttempts
+from gateway.wire.request import Operation, ParsedRequest, parse_request
 from tests.unit.gateway.telemetry.meters import StepClock, streamed_meter
 
 URL = "http://127.0.0.1:8123"
@@ -148,7 +148,7 @@ def test_a_failed_attempt_ends_its_own_span_with_the_error_and_the_retry_answers
 def test_whole_response_gets_one_generate_span_that_says_it_is_not_split(
     tracing: Tracing, exporter: InMemorySpanExporter
 ) -> None:
-    from gateway.proxy.sse import StreamMeter
+    from gateway.wire.meter import StreamMeter
 
     ctx = context()
     with (

@@ -1,4 +1,5 @@
-"""The server span: continues an incoming traceparent, is current for the pipeline, reads ctx."""
+"""The server span: continues an incoming traceparent, is current for the pipeline, and reads
+the request's one outcome."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from opentelemetry.trace import SpanKind, StatusCode
 from starlette.types import ASGIApp
 
 from gateway.asgi import Message, Receive, Scope, Send
-from gateway.context import SCOPE_KEY, RequestContext
 from gateway.telemetry import Tracing
-from gateway.telemetry.server import ServerSpanMiddleware
+from gateway.telemetry.server import ServerSpanMiddleware, current_trace_id
+from gateway.wire.outcome import ARRIVAL_KEY, Arrival, Delivered, Ending, Outcome, RouteFacts
+from gateway.wire.usage import NOTHING
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 PARENT_ID = "b7ad6b7169203331"
@@ -21,8 +23,14 @@ CHAT = "/v1/chat/completions"
 
 
 def scope_for(path: str, headers: list[tuple[bytes, bytes]]) -> Scope:
-    ctx = RequestContext(request_id="req-9", started=time.perf_counter())
-    return {"type": "http", "method": "POST", "path": path, "headers": headers, SCOPE_KEY: ctx}
+    arrival = Arrival("req-9", None, time.perf_counter(), time.time())
+    return {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "headers": headers,
+        ARRIVAL_KEY: arrival,
+    }
 
 
 async def run(middleware: ServerSpanMiddleware, scope: Scope) -> None:
@@ -38,10 +46,29 @@ async def run(middleware: ServerSpanMiddleware, scope: Scope) -> None:
 def answering(status: int, seen: list[trace.Span]) -> ASGIApp:
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         seen.append(trace.get_current_span())
-        ctx: RequestContext = scope[SCOPE_KEY]
-        ctx.status, ctx.model, ctx.pool, ctx.tenant_id = status, "m", "pd", "acme"
-        if status >= 500:
-            ctx.error_code = "upstream_error"
+        arrival: Arrival = scope[ARRIVAL_KEY]
+        error = "upstream_error" if status >= 500 else None
+        arrival.slot.put(
+            Outcome(
+                arrival=arrival,
+                method="POST",
+                path=scope["path"],
+                operation=None,
+                model="m",
+                stream=False,
+                tenant_id="acme",
+                key_id=None,
+                route=RouteFacts("default", "pd", None, "single_pool"),
+                delivered=Delivered(status=status, error_code=error),
+                ending=Ending.COMPLETE if status < 500 else Ending.UPSTREAM_FAILED,
+                admitted=True,
+                reached_upstream=False,
+                usage=NOTHING,
+                prompt_tokens=None,
+                finished=time.perf_counter(),
+                trace_id=current_trace_id(),
+            )
+        )
 
     return app
 
@@ -63,7 +90,8 @@ async def test_incoming_traceparent_is_continued_and_the_span_is_current(
     assert f"{span.context.trace_id:032x}" == TRACE_ID
     assert span.parent is not None and f"{span.parent.span_id:016x}" == PARENT_ID
     assert seen[0].get_span_context() == span.context
-    assert scope[SCOPE_KEY].trace_id == TRACE_ID  # for the access log
+    outcome = scope[ARRIVAL_KEY].slot.value
+    assert outcome is not None and outcome.trace_id == TRACE_ID  # for the access log
     assert span.attributes["http.response.status_code"] == 200
     assert span.attributes["gateway.request_id"] == "req-9"
     assert span.attributes["gateway.tenant"] == "acme"

@@ -7,6 +7,7 @@ without a gateway release.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -15,6 +16,7 @@ import orjson
 
 from gateway.asgi import Receive, Scope, header
 from gateway.errors import BodyTooLarge, InvalidJSON, InvalidParameter, UnsupportedMediaType
+from gateway.wire.usage import client_wants_usage, usage_requested
 
 
 class Operation(StrEnum):
@@ -32,14 +34,30 @@ _REQUIRED_INPUT = {
 }
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ParsedRequest:
+    """A request as the gateway understands it; ``body`` is what goes upstream."""
+
     operation: Operation
     payload: dict[str, Any]
     body: bytes
     model: str
     stream: bool
     max_tokens: int | None
+    """The output cap the upstream applies: ``max_completion_tokens`` when given (vLLM uses it
+    over ``max_tokens``), else ``max_tokens``; None when neither is given."""
+    choices: int = 1
+    """Completions generated per prompt (``n``, or ``best_of`` when larger): each may use the
+    whole output cap."""
+    strip_usage: bool = False
+    """The gateway asked the upstream for the stream's usage chunk on the client's behalf: the
+    relay strips it again."""
+
+    def with_model(self, upstream_model: str | None) -> bytes:
+        """The body for an upstream that knows the model by another name (or this body)."""
+        if upstream_model is None or upstream_model == self.model:
+            return self.body
+        return orjson.dumps({**self.payload, "model": upstream_model})
 
 
 async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
@@ -91,19 +109,58 @@ def parse_request(operation: Operation, body: bytes, max_tokens_limit: int) -> P
         raise InvalidParameter("`stream` must be a boolean.", param="stream")
     if operation is Operation.EMBEDDING and stream:
         raise InvalidParameter("Embeddings cannot be streamed.", param="stream")
-    return ParsedRequest(
+    request = ParsedRequest(
         operation=operation,
         payload=payload,
         body=body,
         model=model,
         stream=stream,
         max_tokens=_max_tokens(payload, max_tokens_limit),
+        choices=_choices(payload),
     )
+    return _asking_for_usage(request)
+
+
+_MAX_CHOICES = 128
+
+
+def _choices(payload: dict[str, Any]) -> int:
+    found = 1
+    for name in ("n", "best_of"):
+        value = payload.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidParameter(f"`{name}` must be a positive integer.", param=name)
+        if value > _MAX_CHOICES:
+            raise InvalidParameter(
+                f"`{name}` is {value}, more than this gateway allows ({_MAX_CHOICES}).", param=name
+            )
+        found = max(found, value)
+    return found
+
+
+def _asking_for_usage(request: ParsedRequest) -> ParsedRequest:
+    """A stream whose client did not ask for usage: ask for it (the relay strips it again).
+
+    Re-serialising here, at parse time, means a body orjson reads but cannot write back (nested
+    deeper than it writes) is refused with a 400 before anything is reserved.
+    """
+    if not request.stream or request.operation is Operation.EMBEDDING:
+        return request
+    if client_wants_usage(request.payload):
+        return request
+    payload = usage_requested(request.payload)
+    try:
+        body = orjson.dumps(payload)
+    except TypeError as err:  # orjson.JSONEncodeError is one, and so is its recursion limit
+        raise InvalidJSON(f"The request body cannot be forwarded: {err}.") from None
+    return dataclasses.replace(request, payload=payload, body=body, strip_usage=True)
 
 
 def _max_tokens(payload: dict[str, Any], limit: int) -> int | None:
     found: int | None = None
-    for name in ("max_tokens", "max_completion_tokens"):
+    for name in ("max_tokens", "max_completion_tokens"):  # the latter wins, as in vLLM
         value = payload.get(name)
         if value is None:
             continue
@@ -113,5 +170,5 @@ def _max_tokens(payload: dict[str, Any], limit: int) -> int | None:
             raise InvalidParameter(
                 f"`{name}` is {value}, more than this gateway allows ({limit}).", param=name
             )
-        found = value if found is None else min(found, value)
+        found = value
     return found

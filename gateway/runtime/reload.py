@@ -1,10 +1,11 @@
 """Configuration reload without a restart (SIGHUP or the admin API).
 
 The new file is loaded and validated first; an invalid one is refused and the old configuration
-keeps serving. A valid one is swapped in at once: unchanged pools keep their objects (replica
-health, breakers, outstanding counts); new or changed pools get their own clients; a replaced
-pool is retired, and its client closes only once its last in-flight request has finished, so
-streams in progress are not dropped. Routers carry their variants' rollbacks and windows over
+keeps serving. A valid one becomes a new routing table, swapped in at once: unchanged pools keep
+their objects (replica health, breakers, outstanding counts, client); new or changed pools get
+their own clients; requests already running finish on the table they started with, and a
+replaced pool's client closes only once the last of them has ended, so streams in progress are
+not dropped and never find their pool gone. Routers carry their variants' rollbacks and windows over
 unless the operator changed that variant. Only the routing sections are reloaded (pools,
 models, tokenizer, retries); the others need a restart::
 
@@ -22,12 +23,11 @@ from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
-from gateway.accounting.tokens import TokenCounter, TokenizerUnavailable, counters_for_models
 from gateway.config import ConfigError, GatewayConfig, load_config
-from gateway.proxy.upstream import UpstreamClient
-from gateway.routing.dispatch import Dispatcher
 from gateway.routing.pools import Pool
-from gateway.state import GatewayState, model_routes
+from gateway.runtime.state import GatewayState
+from gateway.runtime.table import RoutingTable, build_table, model_counters, retired_pools
+from gateway.tokens.counting import TokenCounter, TokenizerUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -43,46 +43,32 @@ class ConfigReloader:
 
     async def reload(self) -> GatewayConfig:
         """Load, validate and apply the file; on any problem raise ConfigError, change nothing."""
+        metrics = self.state.routing_metrics
         async with self._lock:
             try:
-                config = await asyncio.to_thread(load_config, self.path)
-                counters = await asyncio.to_thread(
-                    counters_for_models,
-                    config.tokenizer,
-                    [(name, m.tokenizer) for name, m in config.models.items()],
-                )
+                loaded = await asyncio.to_thread(load_config, self.path)
+                config = _routing_part(self.state.table.config, loaded)
+                counters = await asyncio.to_thread(model_counters, config)
             except (ConfigError, TokenizerUnavailable) as err:
-                self.state.routing.metrics.reloads.labels("refused").inc()
+                metrics.reloads.labels("refused").inc()
                 logger.error("config reload refused", extra={"fields": {"error": str(err)}})
                 raise ConfigError(str(err)) from None
             await self._apply(config, counters)
-            self.state.routing.metrics.reloads.labels("applied").inc()
+            metrics.reloads.labels("applied").inc()
             logger.warning("config reloaded", extra={"fields": {"path": str(self.path)}})
             return config
 
-    async def _apply(self, loaded: GatewayConfig, counters: dict[str, TokenCounter]) -> None:
+    async def _apply(self, config: GatewayConfig, counters: dict[str, TokenCounter]) -> None:
         state = self.state
-        config = _routing_part(state.config, loaded)
-        kept, fresh, retired = _diff_pools(state.pools, config)
-        old_clients = {pool.name: state.clients[pool.name] for pool in retired}
-        await state.open_pools(fresh.values())  # first health check before taking traffic
-        pools = {**kept, **fresh}
-        routing = state.routing
-        routing.counters = counters
-        if config.retries != state.config.retries:
-            routing.dispatcher = Dispatcher(config.retries, routing.metrics)
-        models = model_routes(config, pools, routing)
-        for name, route in models.items():
-            previous = state.models.get(name)
-            if previous is not None:
-                route.router.carry_over(previous.router)
-        # The swap: one synchronous block, so no request sees half of each configuration.
-        state.config, state.pools, state.models = config, pools, models
+        old = state.table
+        new = build_table(config, state.upstream_factory, state.routing_metrics, old, counters)
+        fresh = [pool for name, pool in new.pools.items() if old.pools.get(name) is not pool]
+        await state.watch_pools(fresh)  # first health check before taking traffic
+        state.table = new  # the swap: requests started on ``old`` finish on it
+        retired = retired_pools(old, new)
         for pool in retired:
             pool.retired = True
-            if pool.name not in fresh:
-                del state.clients[pool.name]
-            self._spawn(_close_when_drained(pool, old_clients[pool.name]))
+        self._spawn(_close_when_drained(old, retired))
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
@@ -119,28 +105,14 @@ def _routing_part(current: GatewayConfig, loaded: GatewayConfig) -> GatewayConfi
     return current.model_copy(update={name: getattr(loaded, name) for name in RELOADED_SECTIONS})
 
 
-def _diff_pools(
-    current: dict[str, Pool], config: GatewayConfig
-) -> tuple[dict[str, Pool], dict[str, Pool], list[Pool]]:
-    """(pools kept as they are, new or changed pools, pools to retire)."""
-    kept: dict[str, Pool] = {}
-    fresh: dict[str, Pool] = {}
-    for name, pool_config in config.pools.items():
-        old = current.get(name)
-        if old is not None and old.config == pool_config:
-            kept[name] = old
-        else:
-            fresh[name] = Pool(name, pool_config)
-    retired = [pool for name, pool in current.items() if name not in kept]
-    return kept, fresh, retired
-
-
-async def _close_when_drained(pool: Pool, client: UpstreamClient) -> None:
-    # Polling, not an Event: signalling one from every request's release would put work on the
+async def _close_when_drained(old: RoutingTable, retired: list[Pool]) -> None:
+    """Close the retired pools' clients once no request on the old snapshot is in flight."""
+    # Polling, not an Event: signalling one from every request's end would put work on the
     # hot path for the sake of a rare reload.
-    while pool.in_flight > 0:  # noqa: ASYNC110
+    while old.in_flight > 0:  # noqa: ASYNC110
         await asyncio.sleep(_DRAIN_POLL_SECONDS)
-    await client.aclose()
+    for pool in retired:
+        await pool.client.aclose()
 
 
 @contextlib.contextmanager

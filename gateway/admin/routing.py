@@ -14,12 +14,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.config import ConfigError
+from configkit import ConfigError
 from gateway.errors import InvalidJSON, InvalidParameter, InvalidRequest, ModelNotFound
-from gateway.routing.reload import ConfigReloader
 from gateway.routing.router import ModelRouter
-from gateway.routing.table import publish_weights, replica_status
-from gateway.state import GatewayState
+from gateway.runtime.reload import ConfigReloader
+from gateway.runtime.state import GatewayState
+from gateway.runtime.table import publish_weights, replica_status
 
 
 def routing_admin_routes(state: GatewayState, reloader: ConfigReloader | None) -> list[BaseRoute]:
@@ -37,16 +37,16 @@ class RoutingAdmin:
         self.reloader = reloader
 
     async def show(self, request: Request) -> Response:
-        state = self.state
+        table = self.state.table
         body = {
-            "models": {name: _router_status(m.router) for name, m in state.models.items()},
+            "models": {name: _router_status(m.router) for name, m in table.models.items()},
             "pools": {
                 name: {
                     "in_flight": pool.in_flight,
                     "capacity": pool.config.capacity,
                     "replicas": [replica_status(r) for r in pool.replicas],
                 }
-                for name, pool in state.pools.items()
+                for name, pool in table.pools.items()
             },
         }
         return _json(body)
@@ -65,12 +65,12 @@ class RoutingAdmin:
 
     async def set_weight(self, request: Request) -> Response:
         model = request.path_params["model"]
-        route = self.state.models.get(model)
+        route = self.state.table.models.get(model)
         if route is None:
             raise ModelNotFound(model)
         weight = _weight_from(await request.body())
         route.router.set_weight(request.path_params["variant"], weight)
-        publish_weights([route.router], self.state.routing.metrics)
+        publish_weights([route.router], self.state.routing_metrics)
         return _json(_router_status(route.router))
 
 

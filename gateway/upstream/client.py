@@ -19,8 +19,8 @@ from typing import Protocol
 
 import aiohttp
 
-from gateway.config import PoolConfig, Timeouts
 from gateway.errors import UpstreamError, UpstreamTimeout
+from gateway.upstream.config import Timeouts
 
 Headers = Sequence[tuple[bytes, bytes]]
 
@@ -75,10 +75,20 @@ class UpstreamClient(Protocol):
     async def aclose(self) -> None: ...
 
 
+class UpstreamSettings(Protocol):
+    """What the client needs of a pool's config (``gateway.routing.config.PoolConfig``)."""
+
+    @property
+    def timeouts(self) -> Timeouts: ...
+
+    @property
+    def max_connections(self) -> int: ...
+
+
 class AiohttpUpstream:
     """One pooled aiohttp session for one upstream pool."""
 
-    def __init__(self, config: PoolConfig) -> None:
+    def __init__(self, config: UpstreamSettings) -> None:
         self.timeouts = config.timeouts
         connector = aiohttp.TCPConnector(
             limit=config.max_connections, limit_per_host=0, keepalive_timeout=30.0

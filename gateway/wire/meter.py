@@ -21,6 +21,9 @@ from typing import Any
 
 import orjson
 
+from gateway.wire.outcome import Delivered
+from gateway.wire.usage import usage_from_upstream
+
 _DONE = b"[DONE]"
 
 
@@ -73,6 +76,30 @@ class StreamMeter:
             return b""
         # Only whole events are forwarded in stripping mode; the tail waits for its end.
         return b"\n\n".join(kept) + b"\n\n"
+
+    def delivered(
+        self,
+        *,
+        status: int,
+        upstream_status: int,
+        first_byte_at: float | None,
+        error_code: str | None,
+    ) -> Delivered:
+        """What was delivered, as one value (see :class:`gateway.wire.outcome.Delivered`)."""
+        return Delivered(
+            status=status,
+            upstream_status=upstream_status,
+            first_byte_at=first_byte_at,
+            first_token_at=self.first_token_at,
+            last_token_at=self.last_token_at,
+            content_events=self.content_events,
+            upstream_usage=None if self.usage is None else usage_from_upstream(self.usage),
+            output_text="".join(self.output_parts),
+            finish_reasons=tuple(self.finish_reasons),
+            response_id=self.response_id if isinstance(self.response_id, str) else None,
+            response_model=self.response_model if isinstance(self.response_model, str) else None,
+            error_code=error_code,
+        )
 
     def flush(self) -> bytes:
         """What is left at the end of the stream (an unterminated event, in stripping mode)."""

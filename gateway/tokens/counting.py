@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from gateway.proxy.parse import Operation
+from configkit import StrictModel
+from gateway.wire.request import Operation
 
 EncodeCount = Callable[[str], int]
 """``count(text)``: the number of tokens in ``text``, special-token text treated as plain text."""
@@ -40,10 +41,8 @@ _MIN_SAMPLE_CHARS = 1024
 _FALLBACK_TOKENS_PER_CHAR = 0.25  # before anything was counted exactly: ~4 characters a token
 
 
-class TokenizerConfig(BaseModel):
+class TokenizerConfig(StrictModel):
     """Which tokenizer counts a model's prompts, and the chat template's overhead in tokens."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["tiktoken", "huggingface"] = "tiktoken"
     encoding: Literal["cl100k_base", "o200k_base"] = "cl100k_base"
@@ -367,3 +366,32 @@ def counters_for_models(
             loaded[config] = build_token_counter(config)
         counters[model] = loaded[config]
     return counters
+
+
+class PromptTokens:
+    """A request's prompt tokens, counted at most once, when a stage first needs them.
+
+    Admission (the token limits), routing (the length policy) and settling (a request charged
+    its counted prompt) all ask the same value; a request that needs none of them never pays for
+    counting::
+
+        prompt = PromptTokens(counter, request.operation, request.payload)
+        prompt.count()     # counts now
+        prompt.count()     # the same number, not counted again
+        prompt.counted     # the number, or None if nothing asked
+    """
+
+    __slots__ = ("_counter", "_operation", "_payload", "counted")
+
+    def __init__(
+        self, counter: TokenCounter, operation: Operation, payload: Mapping[str, Any]
+    ) -> None:
+        self._counter = counter
+        self._operation = operation
+        self._payload = payload
+        self.counted: int | None = None
+
+    def count(self) -> int:
+        if self.counted is None:
+            self.counted = self._counter.count_request(self._operation, self._payload)
+        return self.counted

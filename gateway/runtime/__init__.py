@@ -1,0 +1,1 @@
+"""What one running gateway holds: its state, the routing table snapshot, reloads."""

@@ -1,0 +1,112 @@
+"""What one gateway app holds while it runs: built by the factory, started by the lifespan.
+
+The routing part is one immutable snapshot (:class:`RoutingTable`) behind ``state.table``; a
+reload swaps that one reference. Everything else (metrics, accounting, the store, auth, tracing)
+lives as long as the app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from gateway.accounting.stage import Accounting
+from gateway.auth.service import AuthService, build_auth
+from gateway.config import GatewayConfig
+from gateway.limits.admission import RateLimiter
+from gateway.metrics import GatewayMetrics
+from gateway.routing.metrics import RoutingMetrics
+from gateway.routing.pools import Pool, ProbeFn, check_forever, check_once
+from gateway.runtime.migrations import all_migrations
+from gateway.runtime.table import RoutingTable, UpstreamFactory, build_table
+from gateway.storage import Database
+from gateway.telemetry import Tracing, TracingConfig, build_tracing
+from gateway.upstream.client import AiohttpUpstream
+
+__all__ = ["GatewayState", "UpstreamFactory"]
+
+
+@dataclass(slots=True)
+class GatewayState:
+    config: GatewayConfig
+    """The configuration the app started with (reloads change only ``table.config``)."""
+    metrics: GatewayMetrics
+    routing_metrics: RoutingMetrics
+    table: RoutingTable
+    upstream_factory: UpstreamFactory
+    accounting: Accounting
+    database: Database
+    auth: AuthService | None
+    """None when ``auth.enabled`` is false: no keys asked, every model visible."""
+    started_at: int = field(default_factory=lambda: int(time.time()))
+    _health_tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    tracing: Tracing = field(default_factory=lambda: build_tracing(TracingConfig(), {}))
+
+    @classmethod
+    def build(
+        cls, config: GatewayConfig, upstream_factory: UpstreamFactory = AiohttpUpstream
+    ) -> GatewayState:
+        metrics = GatewayMetrics()
+        routing_metrics = RoutingMetrics(metrics)
+        table = build_table(config, upstream_factory, routing_metrics)
+        limiter = RateLimiter.build(config.limits, metrics)
+        accounting = Accounting(config.accounting, limiter, metrics)
+        database = Database.open(config.storage)
+        return cls(
+            config,
+            metrics,
+            routing_metrics,
+            table,
+            upstream_factory,
+            accounting,
+            database,
+            build_auth(config.auth, config.storage, database),
+            tracing=build_tracing(config.tracing, os.environ),
+        )
+
+    async def start(self) -> None:
+        """Migrate, start auth, check every replica once and keep checking, start the ledger."""
+        if self.config.storage.migrate_on_start:
+            await self.database.migrate(all_migrations())
+        if self.auth is not None:
+            await self.auth.start()
+        await self.watch_pools(self.table.pools.values())
+        await self.accounting.start(self.database)
+
+    async def watch_pools(self, pools: Iterable[Pool]) -> None:
+        """Check the pools' replicas once, then keep checking them (until :meth:`stop`, or until
+        a config reload retires the pool)."""
+        pools = list(pools)
+        await asyncio.gather(*(check_once(pool, _probe_for(pool)) for pool in pools))
+        for pool in pools:
+            task = asyncio.create_task(check_forever(pool, _probe_for(pool)))
+            self._health_tasks.append(task)
+
+    async def stop(self) -> None:
+        for task in self._health_tasks:
+            task.cancel()
+        for task in self._health_tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._health_tasks.clear()
+        for pool in self.table.pools.values():
+            await pool.client.aclose()
+        await self.accounting.stop()  # after the requests: flushes the ledger
+        if self.auth is not None:
+            await self.auth.stop()  # flushes the keys' last-used times
+        await self.database.close()  # last: the ledger and auth flush into it
+        await asyncio.to_thread(self.tracing.shutdown)  # flush the spans still queued
+
+
+def _probe_for(pool: Pool) -> ProbeFn:
+    client = pool.client
+    health = pool.config.health
+
+    async def probe(base_url: str) -> str | None:
+        return await client.probe(base_url + health.path, health.timeout)
+
+    return probe

@@ -1,0 +1,163 @@
+"""The routing table: an immutable snapshot of pools (each with its own client), models and the
+routing that serves them, built from a configuration at start-up and on every reload.
+
+A request reads ``state.table`` once and finishes on that snapshot, whatever a reload does
+meanwhile: it never looks a pool or a client up by name in a newer table. A reload builds a new
+table (unchanged pools carried over with their health, breakers and clients) and swaps one
+reference; the old table counts its requests in flight, and pools that only it holds close
+their clients once its last request has ended::
+
+    table = build_table(config, upstream_factory, metrics)
+    route = table.route("llama", principal)      # or ModelNotFound
+    with table.serving():                          # counted in flight on this snapshot
+        ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.auth.access import may_see
+from gateway.auth.models import Principal
+from gateway.config import GatewayConfig
+from gateway.errors import ModelNotFound
+from gateway.metrics import GatewayMetrics
+from gateway.routing.breaker import BreakerState
+from gateway.routing.config import PoolConfig
+from gateway.routing.dispatch import Dispatcher
+from gateway.routing.metrics import RoutingMetrics
+from gateway.routing.pools import Pool, Replica
+from gateway.routing.router import ModelRouter
+from gateway.routing.service import Routing
+from gateway.tokens.counting import TokenCounter, counters_for_models
+from gateway.upstream.client import UpstreamClient
+
+UpstreamFactory = Callable[[PoolConfig], UpstreamClient]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRoute:
+    name: str
+    router: ModelRouter
+    counter: TokenCounter
+    upstream_model: str | None
+    owned_by: str
+    default_max_tokens: int | None
+    """Output tokens reserved when a request gives no cap (None: the limits' default)."""
+
+
+@dataclass(eq=False, slots=True)
+class RoutingTable:
+    config: GatewayConfig
+    pools: Mapping[str, Pool]
+    models: Mapping[str, ModelRoute]
+    routing: Routing
+    in_flight: int = field(default=0)
+    """Requests being served on this snapshot (a reload waits for them before closing the
+    clients of pools only this snapshot holds)."""
+
+    def route(self, model: str, principal: Principal | None) -> ModelRoute:
+        """The model's route; a model the key may not use answers as if it did not exist."""
+        found = self.models.get(model)
+        if found is None or not may_see(principal, model):
+            raise ModelNotFound(model)
+        return found
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[RoutingTable]:
+        self.in_flight += 1
+        try:
+            yield self
+        finally:
+            self.in_flight -= 1
+
+
+def build_routing(config: GatewayConfig, metrics: RoutingMetrics) -> Routing:
+    return Routing(Dispatcher(config.retries, metrics), metrics)
+
+
+def build_table(
+    config: GatewayConfig,
+    upstream_factory: UpstreamFactory,
+    routing_metrics: RoutingMetrics,
+    previous: RoutingTable | None = None,
+    counters: Mapping[str, TokenCounter] | None = None,
+) -> RoutingTable:
+    """A table for ``config``; pools unchanged since ``previous`` are carried over as they are
+    (health, breakers, in-flight counts, client), new or changed ones get a fresh client."""
+    kept = {} if previous is None else previous.pools
+    pools: dict[str, Pool] = {}
+    for name, pool_config in config.pools.items():
+        old = kept.get(name)
+        if old is not None and old.config == pool_config:
+            pools[name] = old
+        else:
+            pools[name] = Pool(name, pool_config, client=upstream_factory(pool_config))
+    if counters is None:
+        counters = model_counters(config)
+    if previous is not None and config.retries == previous.config.retries:
+        routing = previous.routing
+    else:
+        routing = build_routing(config, routing_metrics)
+    models = {}
+    for name, model in config.models.items():
+        router = ModelRouter(name, model, pools)
+        router.on_rollback = routing.on_rollback(router)
+        if previous is not None and name in previous.models:
+            router.carry_over(previous.models[name].router)
+        models[name] = ModelRoute(
+            name,
+            router,
+            counters[name],
+            model.upstream_model,
+            model.owned_by,
+            model.default_max_tokens,
+        )
+    publish_weights((m.router for m in models.values()), routing_metrics)
+    return RoutingTable(config, pools, models, routing)
+
+
+def model_counters(config: GatewayConfig) -> dict[str, TokenCounter]:
+    """Token counters (tokenizers load here, not on the first request)."""
+    return counters_for_models(
+        config.tokenizer, [(name, m.tokenizer) for name, m in config.models.items()]
+    )
+
+
+def retired_pools(old: RoutingTable, new: RoutingTable) -> list[Pool]:
+    """Pools of ``old`` that ``new`` no longer holds."""
+    return [pool for name, pool in old.pools.items() if new.pools.get(name) is not pool]
+
+
+def publish_weights(routers: Iterable[ModelRouter], metrics: RoutingMetrics) -> None:
+    for router in routers:
+        for variant in router.variants.values():
+            metrics.variant_weight.labels(router.name, variant.name).set(variant.weight)
+
+
+def replica_status(replica: Replica) -> dict[str, Any]:
+    """A replica as /readyz shows it."""
+    return {
+        "url": replica.url,
+        "healthy": replica.healthy,
+        "error": replica.last_error,
+        "breaker": replica.breaker.state.value,
+        "last_failure": replica.last_failure,
+        "outstanding": replica.outstanding,
+    }
+
+
+def publish_pool_state(
+    metrics: GatewayMetrics, routing_metrics: RoutingMetrics, pools: Iterable[Pool]
+) -> None:
+    """Refresh the pool gauges (called when /metrics is scraped, not per request)."""
+    for pool in pools:
+        metrics.pool_healthy.labels(pool.name).set(1 if pool.healthy else 0)
+        for replica in pool.replicas:
+            metrics.replica_healthy.labels(pool.name, replica.url).set(1 if replica.healthy else 0)
+            metrics.replica_outstanding.labels(pool.name, replica.url).set(replica.outstanding)
+            is_open = replica.breaker.state is not BreakerState.CLOSED
+            routing_metrics.breaker_open.labels(pool.name, replica.url).set(1 if is_open else 0)

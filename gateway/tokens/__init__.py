@@ -1,0 +1,1 @@
+"""Counting prompt tokens offline (tiktoken or a model's own ``tokenizer.json``)."""

@@ -1,0 +1,1 @@
+"""The upstream HTTP client (aiohttp behind one small interface) and its deadlines."""
