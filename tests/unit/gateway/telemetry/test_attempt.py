@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import orjson
 import pytest
-from gateway.context import RequestContext
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -19,9 +18,13 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from gateway.errors import UpstreamTimeout
 from gateway.metrics import GatewayMetrics
+from gateway.proxy.record import observe
 from gateway.telemetry import Tracing, TracingConfig
 from gateway.telemetry.attempt import UpstreamAttempts
+from gateway.wire.meter import StreamMeter
+from gateway.wire.outcome import Arrival, Ending, Outcome, RouteFacts
 from gateway.wire.request import Operation, ParsedRequest, parse_request
+from gateway.wire.usage import settle_usage
 from tests.unit.gateway.telemetry.meters import StepClock, streamed_meter
 
 URL = "http://127.0.0.1:8123"
@@ -34,11 +37,49 @@ def chat(stream: bool = True, **extra: object) -> ParsedRequest:
     )
 
 
-def context(**facts: str) -> RequestContext:
-    ctx = RequestContext(request_id="req-1", started=time.perf_counter(), model="m", pool="pd")
-    for name, value in facts.items():
-        setattr(ctx, name, value)
-    return ctx
+def arrival() -> Arrival:
+    return Arrival("req-1", None, time.perf_counter(), time.time())
+
+
+def finish(
+    attempts: UpstreamAttempts,
+    came: Arrival,
+    request: ParsedRequest,
+    meter: StreamMeter,
+    *,
+    tenant: str | None = None,
+    key: str | None = None,
+    variant: str = "default",
+    reason: str = "single_pool",
+    metrics: GatewayMetrics | None = None,
+) -> Outcome:
+    """End the attempts with the outcome the pipeline would build from ``meter``."""
+    delivered = meter.delivered(
+        status=200, upstream_status=200, first_byte_at=time.perf_counter(), error_code=None
+    )
+    usage = settle_usage(
+        reported=delivered.upstream_usage,
+        reached=True,
+        complete=True,
+        prompt_tokens=lambda: 5,
+        output_text="",
+        content_events=delivered.content_events,
+        count_text=None,
+    )
+    outcome = Outcome(
+        came, "POST", "/v1/chat/completions", request.operation, "m", request.stream,
+        tenant, key, RouteFacts(variant, "pd", URL, reason), delivered, Ending.COMPLETE,
+        True, True, usage, 5, time.perf_counter(),
+    )  # fmt: skip
+    attempts.end(outcome)
+    if metrics is not None:
+        observe(metrics, outcome)
+    return outcome
+
+
+def clients(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
+    """The attempts' client spans (the answering one also has a phase span child)."""
+    return [s for s in exporter.get_finished_spans() if s.kind is SpanKind.CLIENT]
 
 
 def by_name(spans: tuple[ReadableSpan, ...]) -> dict[str, ReadableSpan]:
@@ -53,17 +94,19 @@ def test_stream_gives_client_span_with_prefill_and_decode_children(
     tracing: Tracing, exporter: InMemorySpanExporter
 ) -> None:
     metrics = GatewayMetrics()
-    ctx = context(tenant_id="acme", key_public_id="k_pub1", variant="canary", routing_reason="long")
+    came, request = arrival(), chat(max_tokens=64)
     server = tracing.tracer.start_span("POST /v1/chat/completions", kind=SpanKind.SERVER)
     token = otel_context.attach(trace.set_span_in_context(server))
     before = time.perf_counter()
-    with (
-        UpstreamAttempts(tracing, metrics, ctx, chat(max_tokens=64)) as attempts,
-        attempts.sending(URL) as attempt,
-    ):
+    attempts = UpstreamAttempts(tracing, came, request)
+    with attempts.sending(URL) as attempt:
         pass
-        time.sleep(0.06)  # the meter's tokens came 30-40 ms after sending
-        ctx.meter = streamed_meter(StepClock(), first_at=before + 0.03, gap=0.001, tokens=11)
+    time.sleep(0.06)  # the meter's tokens came 30-40 ms after sending
+    meter = streamed_meter(StepClock(), first_at=before + 0.03, gap=0.001, tokens=11)
+    finish(
+        attempts, came, request, meter,
+        tenant="acme", key="k_pub1", variant="canary", reason="long", metrics=metrics,
+    )  # fmt: skip
     otel_context.detach(token)
     server.end()
 
@@ -129,14 +172,14 @@ def test_stream_gives_client_span_with_prefill_and_decode_children(
 def test_a_failed_attempt_ends_its_own_span_with_the_error_and_the_retry_answers(
     tracing: Tracing, exporter: InMemorySpanExporter
 ) -> None:
-    ctx = context()
-    with UpstreamAttempts(tracing, GatewayMetrics(), ctx, chat(stream=False)) as attempts:
-        with pytest.raises(UpstreamTimeout), attempts.sending("http://10.0.0.1:1"):
-            raise UpstreamTimeout("too slow")
-        with attempts.sending("http://10.0.0.2:2"):
-            pass
-        ctx.meter = None  # the relay never ran (say, the client left)
-    first, second = exporter.get_finished_spans()
+    came, request = arrival(), chat(stream=False)
+    attempts = UpstreamAttempts(tracing, came, request)
+    with pytest.raises(UpstreamTimeout), attempts.sending("http://10.0.0.1:1"):
+        raise UpstreamTimeout("too slow")
+    with attempts.sending("http://10.0.0.2:2"):
+        pass
+    finish(attempts, came, request, StreamMeter())  # the relay delivered nothing
+    first, second = clients(exporter)
     assert first.attributes["error.type"] == "timeout"
     assert first.status.status_code is StatusCode.ERROR
     assert first.attributes["server.address"] == "10.0.0.1"
@@ -148,16 +191,13 @@ def test_a_failed_attempt_ends_its_own_span_with_the_error_and_the_retry_answers
 def test_whole_response_gets_one_generate_span_that_says_it_is_not_split(
     tracing: Tracing, exporter: InMemorySpanExporter
 ) -> None:
-    from gateway.wire.meter import StreamMeter
-
-    ctx = context()
-    with (
-        UpstreamAttempts(tracing, GatewayMetrics(), ctx, chat(stream=False)) as attempts,
-        attempts.sending(URL),
-    ):
+    came, request = arrival(), chat(stream=False)
+    attempts = UpstreamAttempts(tracing, came, request)
+    with attempts.sending(URL):
         pass
-        ctx.meter = StreamMeter()
-        ctx.meter.observe_document(b'{"id":"x","usage":{"prompt_tokens":3,"completion_tokens":9}}')
+    meter = StreamMeter()
+    meter.observe_document(b'{"id":"x","usage":{"prompt_tokens":3,"completion_tokens":9}}')
+    finish(attempts, came, request, meter)
     spans = by_name(exporter.get_finished_spans())
     assert "prefill" not in spans and "decode" not in spans
     generate = spans["generate"]
@@ -172,26 +212,25 @@ def test_capture_content_records_the_prompt_only_when_enabled(
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     config = TracingConfig(enabled=True, capture_content=True, max_content_chars=20)
     tracing = Tracing(provider.get_tracer("t"), TraceContextTextMapPropagator(), config, provider)
-    with (
-        UpstreamAttempts(tracing, GatewayMetrics(), context(), chat()) as attempts,
-        attempts.sending(URL),
-    ):
+    came, request = arrival(), chat()
+    attempts = UpstreamAttempts(tracing, came, request)
+    with attempts.sending(URL):
         pass
-    (span,) = exporter.get_finished_spans()
+    finish(attempts, came, request, StreamMeter())
+    (span,) = clients(exporter)
     assert span.attributes["gen_ai.input.messages"] == '[{"role":"user","con'
 
 
 def test_disabled_tracing_records_metrics_and_sends_no_traceparent() -> None:
     tracing = Tracing(NoOpTracer(), TraceContextTextMapPropagator(), TracingConfig())
     metrics = GatewayMetrics()
-    ctx = context()
+    came, request = arrival(), chat()
     before = time.perf_counter()
-    with (
-        UpstreamAttempts(tracing, metrics, ctx, chat()) as attempts,
-        attempts.sending(URL) as attempt,
-    ):
+    attempts = UpstreamAttempts(tracing, came, request)
+    with attempts.sending(URL) as attempt:
         pass
-        ctx.meter = streamed_meter(StepClock(), first_at=before, gap=0.0, tokens=2)
+    meter = streamed_meter(StepClock(), first_at=before, gap=0.0, tokens=2)
+    finish(attempts, came, request, meter, metrics=metrics)
     assert attempt.headers == ()
     labels = {"model": "m", "pool": "pd", "prompt_length": "256-1k"}
     assert sample(metrics, "gen_ai_server_time_to_first_token_seconds_count", **labels) == 1
@@ -203,10 +242,8 @@ def test_an_incoming_trace_is_still_propagated_when_tracing_is_disabled() -> Non
     parent = TraceContextTextMapPropagator().extract({"traceparent": incoming})
     token = otel_context.attach(parent)
     try:
-        with (
-            UpstreamAttempts(tracing, GatewayMetrics(), context(), chat()) as attempts,
-            attempts.sending(URL) as attempt,
-        ):
+        attempts = UpstreamAttempts(tracing, arrival(), chat())
+        with attempts.sending(URL) as attempt:
             pass
     finally:
         otel_context.detach(token)
@@ -221,11 +258,11 @@ def test_unsampled_requests_export_nothing_but_propagate_the_decision(
     tracing = Tracing(
         provider.get_tracer("t"), TraceContextTextMapPropagator(), TracingConfig(), provider
     )
-    with (
-        UpstreamAttempts(tracing, GatewayMetrics(), context(), chat()) as attempts,
-        attempts.sending(URL) as attempt,
-    ):
+    came, request = arrival(), chat()
+    attempts = UpstreamAttempts(tracing, came, request)
+    with attempts.sending(URL) as attempt:
         pass
+    finish(attempts, came, request, StreamMeter())
     assert exporter.get_finished_spans() == ()
     flags = dict(attempt.headers)[b"traceparent"].decode().rsplit("-", 1)[1]
     assert not int(flags, 16) & 1  # not sampled: the upstream will not record it either
@@ -239,12 +276,14 @@ class Answer:
 def test_an_answered_5xx_that_is_retried_ends_with_its_status(
     tracing: Tracing, exporter: InMemorySpanExporter
 ) -> None:
-    with UpstreamAttempts(tracing, GatewayMetrics(), context(), chat()) as attempts:
-        with attempts.sending("http://10.0.0.1:1") as attempt:
-            assert attempt.answered(Answer(503)).status == 503
-        with attempts.sending("http://10.0.0.2:2") as attempt:
-            attempt.answered(Answer(200))
-    retried, answered = exporter.get_finished_spans()
+    came, request = arrival(), chat()
+    attempts = UpstreamAttempts(tracing, came, request)
+    with attempts.sending("http://10.0.0.1:1") as attempt:
+        assert attempt.answered(Answer(503)).status == 503
+    with attempts.sending("http://10.0.0.2:2") as attempt:
+        attempt.answered(Answer(200))
+    finish(attempts, came, request, StreamMeter())
+    retried, answered = clients(exporter)
     assert retried.attributes["error.type"] == "503"
     assert retried.attributes["http.response.status_code"] == 503
     assert answered.attributes["http.response.status_code"] == 200
