@@ -28,4 +28,5 @@ VENV="$VENV" bash scripts/install-serve-cpu.sh >/dev/null
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
 "$VENV/bin/mypy"
+"$VENV/bin/lint-imports"
 exec "$VENV/bin/pytest" "$@"
