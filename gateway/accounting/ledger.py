@@ -41,6 +41,8 @@ class UsageRow:
     duration_ms: float
     status: int
     partial: bool
+    correlation_id: str | None = None
+    """The client's own ``x-request-id``, when it sent one (``request_id`` is the gateway's)."""
 
 
 class LedgerStore(Protocol):

@@ -67,6 +67,12 @@ LEDGER_MIGRATIONS = (
             *_INDEXES,
         ),
     ),
+    Migration(
+        "ledger",
+        2,
+        "usage ledger: the client's own x-request-id beside the gateway's request id",
+        ("ALTER TABLE usage_ledger ADD COLUMN correlation_id TEXT",),
+    ),
 )
 
 metadata = MetaData()
@@ -90,6 +96,7 @@ usage_ledger = Table(
     Column("duration_ms", Float, nullable=False),
     Column("status", Integer, nullable=False),
     Column("partial", Boolean, nullable=False),
+    Column("correlation_id", Text),
 )
 
 

@@ -106,4 +106,5 @@ def ledger_row(outcome: Outcome) -> UsageRow:
         duration_ms=outcome.duration * 1000,
         status=outcome.status,
         partial=usage.partial,
+        correlation_id=outcome.arrival.correlation_id,
     )

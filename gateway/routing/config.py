@@ -28,6 +28,7 @@ from configkit import StrictModel
 from gateway.tokens.counting import TokenizerConfig
 from gateway.upstream.config import Timeouts
 
+
 class _Strict(StrictModel):
     """The routing sections' models (strict and frozen like the rest of the config)."""
 

@@ -156,10 +156,14 @@ class Outcome:
 
     @property
     def status(self) -> int:
-        if self.delivered.status:
-            return self.delivered.status
+        """The status as logs, metrics and the ledger record it: 499 for a client that left
+        (whatever had been sent), else the status sent; 500 for a bug that sent nothing."""
         if self.ending is Ending.CLIENT_GONE:
             return CLIENT_CLOSED_REQUEST
+        if self.delivered.status:
+            return self.delivered.status
+        if self.ending is Ending.SHUTDOWN:
+            return 503
         return 500 if self.ending is Ending.GATEWAY_ERROR else 0
 
     @property

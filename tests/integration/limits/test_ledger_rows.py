@@ -84,7 +84,7 @@ def wait_for_rows(db: Path, count: int, timeout: float = 10) -> dict[str, dict[s
     while True:
         rows = ledger_rows(db) if db.exists() else []
         if len(rows) >= count or time.monotonic() > deadline:
-            return {r["request_id"]: r for r in rows}
+            return {r["correlation_id"]: r for r in rows}  # the client's own ids
         time.sleep(0.05)
 
 
@@ -181,7 +181,7 @@ def test_sigterm_mid_load_loses_no_row(sim: SimProcess, tmp_path: Path) -> None:
         for thread in threads:
             thread.join(30)
         assert gateway.proc.wait(30) in (0, -signal.SIGTERM)
-    forwarded = {r["request_id"] for r in sim.requests()}
+    forwarded = {r["request_id"] for r in sim.requests()}  # the gateway's ids, sent upstream
     rows = ledger_rows(tmp_path / "ledger.db")
     assert len(forwarded) >= 20 and "done" in outcomes
     assert sorted(r["request_id"] for r in rows) == sorted(forwarded)

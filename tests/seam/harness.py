@@ -1,0 +1,165 @@
+"""The gateway built in-process by ``create_app`` with a scripted upstream, driven over raw ASGI.
+
+A real app (real parsing, admission, limiter, SQLite ledger, relay, metrics), no sockets: fast
+enough for hundreds of exit paths, and exact about when a client leaves. The client is a pair of
+ASGI callables: it sends its body, then waits; with ``leave_after=k`` it hangs up once it has
+received ``k`` body messages (``0``: right after sending the request)::
+
+    async with running_gateway(tmp_path, scripts) as gw:
+        reply = await gw.call("/v1/chat/completions", body, leave_after=1)
+        reply.outcome            # the request's one Outcome
+    gw.ledger_rows()             # after shutdown, every row flushed
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+
+from gateway.app import create_app
+from gateway.config import GatewayConfig, parse_config
+from gateway.limits.memory import MemoryLimiter
+from gateway.limits.types import Ticket
+from gateway.runtime.state import GatewayState
+from gateway.wire.outcome import ARRIVAL_KEY, Outcome
+from tests.seam.upstream import Script, ScriptedUpstream, factory
+
+
+class CountingLimiter(MemoryLimiter):
+    """The real in-process limiter, counting its settlements per request id."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.settled: Counter[str] = Counter()
+
+    def settle(self, ticket: Ticket, used_tokens: int) -> None:
+        self.settled[ticket.request_id] += 1
+        super().settle(ticket, used_tokens)
+
+    def in_flight(self) -> int:
+        return sum(state.in_flight for state in self._states.values())
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[bytes, bytes]
+    body: bytes
+    outcome: Outcome | None
+
+    def json(self) -> Any:
+        return orjson.loads(self.body)
+
+
+@dataclass
+class Gateway:
+    app: Starlette
+    state: GatewayState
+    upstreams: list[ScriptedUpstream]
+    limiter: CountingLimiter
+    db_path: Path
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    async def call(
+        self,
+        path: str,
+        body: bytes,
+        *,
+        headers: tuple[tuple[bytes, bytes], ...] = (),
+        leave_after: int | None = None,
+    ) -> Reply:
+        messages: list[dict[str, Any]] = []
+        gone = asyncio.Event()
+        if leave_after == 0:
+            gone.set()
+        sent_body = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal sent_body
+            if not sent_body:
+                sent_body = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            if gone.is_set():
+                return  # as uvicorn does: what is sent to a closed connection is dropped
+            messages.append(message)
+            bodies = sum(m["type"] == "http.response.body" for m in messages)
+            if leave_after is not None and bodies >= leave_after:
+                gone.set()
+
+        scope = _scope(path, headers)
+        await self.app(scope, receive, send)
+        outcome = scope[ARRIVAL_KEY].slot.value
+        if outcome is not None:
+            self.outcomes.append(outcome)
+        start = next((m for m in messages if m["type"] == "http.response.start"), None)
+        return Reply(
+            status=0 if start is None else start["status"],
+            headers={} if start is None else dict(start["headers"]),
+            body=b"".join(
+                m.get("body", b"") for m in messages if m["type"] == "http.response.body"
+            ),
+            outcome=outcome,
+        )
+
+    def ledger_rows(self) -> list[sqlite3.Row]:
+        with sqlite3.connect(self.db_path) as db:
+            db.row_factory = sqlite3.Row
+            return db.execute("SELECT * FROM usage_ledger").fetchall()
+
+
+def _scope(path: str, headers: tuple[tuple[bytes, bytes], ...]) -> dict[str, Any]:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), *headers],
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 8080),
+    }
+
+
+def gateway_config(tmp_path: Path, **overrides: Any) -> GatewayConfig:
+    document: dict[str, Any] = {
+        "server": {"access_log": False},
+        "pools": {"pd": {"urls": ["http://replica-a:8000", "http://replica-b:8000"]}},
+        "models": {"m": {"pool": "pd"}},
+        "storage": {"url": f"sqlite:///{tmp_path}/gateway.db"},
+        "auth": {"enabled": False},
+        "accounting": {"ledger_interval": 0.05},
+        "limits": {"defaults": {"concurrent_requests": 10_000, "tokens_per_minute": 10**9}},
+        **overrides,
+    }
+    return parse_config(document, env={})
+
+
+@asynccontextmanager
+async def running_gateway(
+    tmp_path: Path, scripts: dict[str, Script], **overrides: Any
+) -> AsyncIterator[Gateway]:
+    made, make = factory(scripts)
+    app = create_app(gateway_config(tmp_path, **overrides), upstream_factory=make)  # type: ignore[arg-type]
+    state: GatewayState = app.state.gateway
+    limiter = CountingLimiter()
+    state.accounting.limiter.backend = limiter
+    gateway = Gateway(app, state, made, limiter, tmp_path / "gateway.db")
+    async with app.router.lifespan_context(app):
+        yield gateway

@@ -1,0 +1,139 @@
+"""An upstream client for in-process tests, steered per request by a script.
+
+It implements the gateway's own ``UpstreamClient`` protocol (the seam ``create_app`` takes as
+``upstream_factory``), so the whole pipeline above it runs for real: parsing, auth, admission,
+routing, retries, the relay, settling, the ledger (SQLite), metrics and the access log. What it
+answers is read from the request itself: the body's ``script`` field (the gateway passes unknown
+fields through) names a :class:`Script`, registered by the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+import orjson
+
+from gateway.errors import UpstreamError, UpstreamTimeout
+from gateway.routing.config import PoolConfig
+from gateway.upstream.client import UpstreamConnectError
+
+
+@dataclass(frozen=True)
+class Script:
+    """How the upstream answers one request."""
+
+    kind: str = "stream"
+    """``stream``, ``whole``, ``status``, ``connect_error``, ``timeout`` (before the answer)."""
+    status: int = 200
+    chunks: int = 3
+    """Content chunks of a stream (each one token)."""
+    usage: bool = True
+    """Whether the stream ends with its usage chunk (when the gateway asked for it)."""
+    fail_after: int | None = None
+    """Break the stream after this many chunks: ``reset`` or ``stall`` (the idle deadline)."""
+    failure: str = "reset"
+    gap: float = 0.0
+    """Seconds between chunks."""
+
+
+@dataclass
+class ScriptedUpstream:
+    """One per pool (the factory's product); every instance reads the same ``scripts``."""
+
+    scripts: dict[str, Script]
+    sent: list[dict[str, object]] = field(default_factory=list)
+    closed: bool = False
+
+    async def send(
+        self, url: str, headers: Sequence[tuple[bytes, bytes]], body: bytes
+    ) -> FakeResponse:
+        if self.closed:
+            raise RuntimeError("send on a closed upstream client")  # a reload bug would show
+        payload = orjson.loads(body)
+        self.sent.append({"url": url, "headers": dict(headers), "payload": payload})
+        script = self.scripts[payload.get("script", "default")]
+        await asyncio.sleep(0)
+        if script.kind == "connect_error":
+            raise UpstreamConnectError("Could not connect to the upstream: refused.")
+        if script.kind == "timeout":
+            raise UpstreamTimeout("The upstream did not answer within 1s.")
+        include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
+        return FakeResponse(script, bool(payload.get("stream")), include_usage)
+
+    async def probe(self, url: str, timeout_s: float) -> str | None:
+        return None
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class FakeResponse:
+    def __init__(self, script: Script, stream: bool, include_usage: bool) -> None:
+        self.script = script
+        self.status = script.status if script.kind == "status" else 200
+        self.is_event_stream = stream and self.status == 200
+        self._include_usage = include_usage
+        self.released = False
+        self.aborted = False
+
+    def relay_headers(self) -> list[tuple[bytes, bytes]]:
+        kind = b"text/event-stream" if self.is_event_stream else b"application/json"
+        return [(b"content-type", kind)]
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        script = self.script
+        if not self.is_event_stream:
+            yield self._document()
+            return
+        for i in range(script.chunks):
+            if script.fail_after is not None and i == script.fail_after:
+                await asyncio.sleep(0)
+                if script.failure == "stall":
+                    raise UpstreamTimeout("The upstream sent nothing for 1s.")
+                raise UpstreamError("The upstream connection failed mid-response: reset.")
+            if script.gap:
+                await asyncio.sleep(script.gap)
+            yield _event({"id": "c1", "model": "m", "choices": [_delta(f"tok{i} ")]})
+        if self._include_usage and script.usage:
+            usage = {"prompt_tokens": 11, "completion_tokens": script.chunks, "total_tokens": 0}
+            yield _event({"id": "c1", "model": "m", "choices": [], "usage": usage})
+        yield b"data: [DONE]\n\n"
+
+    def _document(self) -> bytes:
+        if self.status != 200:
+            error = {"message": "upstream said no", "type": "server_error", "code": None}
+            return orjson.dumps({"error": error})
+        usage = {"prompt_tokens": 11, "completion_tokens": self.script.chunks}
+        choice = {"index": 0, "message": {"role": "assistant", "content": "hi"}}
+        return orjson.dumps({"id": "c1", "model": "m", "choices": [choice], "usage": usage})
+
+    async def read(self) -> bytes:
+        return b"".join([chunk async for chunk in self.chunks()])
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def release(self) -> None:
+        self.released = True
+
+
+def _delta(text: str) -> dict[str, object]:
+    return {"index": 0, "delta": {"content": text}, "finish_reason": None}
+
+
+def _event(message: dict[str, object]) -> bytes:
+    return b"data: " + orjson.dumps(message) + b"\n\n"
+
+
+def factory(scripts: dict[str, Script]) -> tuple[list[ScriptedUpstream], object]:
+    """An ``upstream_factory`` and the clients it made (one per pool, in order)."""
+    made: list[ScriptedUpstream] = []
+
+    def make(config: PoolConfig) -> ScriptedUpstream:
+        client = ScriptedUpstream(scripts)
+        made.append(client)
+        return client
+
+    return made, make
