@@ -8,6 +8,18 @@ and rewrite the slot the reservation was charged to. The bucket of a per-minute 
 L and refills continuously at L per minute, so over any span of t seconds it admits at most
 L + L * t / 60: never more than the limit's burst plus its rate. A usage above the reservation
 drives the level below zero: that debt delays the next requests instead of being forgiven.
+
+The daily quota counts the tokens used on one UTC day, and its debt is not forgiven either. At the
+day's turn only the part of the usage above the quota of each day passed carries over::
+
+    day_used = max(0, day_used - daily * (today - day))
+
+so a debt larger than one day's quota takes several days to pay off. A settlement on the day of
+its reservation puts back (or charges) the difference ``used - reserved``; a settlement on a later
+day (a request that straddled midnight) charges only its excess ``max(0, used - reserved)`` to
+today's usage: the reservation was yesterday's, and a refund across the turn gives nothing back to
+the new day. Tokens per minute need no such rule: the bucket keeps its debt as a negative level
+and refills it at the limit's rate, whatever the day.
 """
 
 from __future__ import annotations
@@ -25,6 +37,23 @@ DAY = 86400
 def day_of(now: float) -> int:
     """The UTC day number, which names the daily quota's counter."""
     return int(now // DAY)
+
+
+def carried(used: int, day: int, today: int, daily: int | None) -> int:
+    """The usage of ``day`` that still counts on ``today``: what exceeded each past day's quota.
+
+    A clock that went back (``today < day``) forgives nothing; without a daily limit nothing is
+    counted against one, so nothing carries over.
+    """
+    if day == today:
+        return used
+    if daily is None:
+        return 0
+    return max(0, used - daily * max(0, today - day))
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 @dataclass(slots=True)
@@ -67,8 +96,8 @@ class SubjectState:
         if limits.tokens_per_minute is not None:
             self.tokens.refill(limits.tokens_per_minute, now)
         today = day_of(now)
-        if self.day != today:
-            self.day, self.day_used = today, 0
+        self.day_used = carried(self.day_used, self.day, today, limits.daily_tokens)
+        self.day = today
 
 
 def check(subject: Subject, state: SubjectState, tokens: int, now: float) -> Refusal | None:
@@ -89,8 +118,10 @@ def check(subject: Subject, state: SubjectState, tokens: int, now: float) -> Ref
         return Refusal(subject, "concurrent requests", conc, state.in_flight, 1, 1.0)
     daily = lim.daily_tokens
     if daily is not None and state.day_used + tokens > daily:
-        tomorrow = (state.day + 1) * DAY - now if tokens <= daily else None
-        return Refusal(subject, "tokens per day", daily, state.day_used, tokens, tomorrow)
+        # The turn of the day that pays off the excess: several days away when a debt carries.
+        days = _ceil_div(state.day_used + tokens - daily, daily)
+        later = (state.day + days) * DAY - now if tokens <= daily else None
+        return Refusal(subject, "tokens per day", daily, state.day_used, tokens, later)
     return None
 
 
@@ -104,13 +135,20 @@ def take(state: SubjectState, tokens: int) -> None:
 def give_back(
     subject: Subject, state: SubjectState, reserved: int, used: int, day: int, now: float
 ) -> None:
-    """Settle one request: unused tokens return (a refund is ``used=0``), its slot frees."""
+    """Settle one request: unused tokens return (a refund is ``used=0``), its slot frees.
+
+    ``day`` is the reservation's; settled on a later day, only the excess over the reservation
+    is charged to today (see the module's docstring).
+    """
     state.refill(subject.limits, now)
     tpm = subject.limits.tokens_per_minute
     if tpm is not None:
         state.tokens.level = min(tpm, state.tokens.level + reserved - used)
-    if state.day == day:
-        state.day_used = max(0, state.day_used + used - reserved)
+    if subject.limits.daily_tokens is not None:
+        if day < state.day:
+            state.day_used += max(0, used - reserved)
+        else:
+            state.day_used = max(0, state.day_used + used - reserved)
     state.in_flight = max(0, state.in_flight - 1)
 
 

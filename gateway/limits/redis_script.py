@@ -14,6 +14,11 @@ the state after taking (admitted) or before (refused); Python finds which limit 
 same ``maths.check``.
 SETTLE settles a batch of requests in one call: ARGV now|"", count, then per request: reserved,
 used, request id, day, n, and n x (tpm, daily); KEYS per request: its n hashes, its n sets.
+
+The day's turn follows ``maths.py``: the usage above the quota of each day passed carries over
+(``carry``, which is why both scripts take the daily limit), a settlement on a later day than its
+reservation charges only its excess, and a hash lives until the end of the last day its carried
+usage still counts (``day_ttl``), so a debt of several days does not expire with the first.
 """
 
 from __future__ import annotations
@@ -36,18 +41,29 @@ local function refill(level, updated, cap)
   return level
 end
 
-local function ttl(rl, rpm, tl, tpm, daily)
+-- maths.carried: the usage of day that still counts today (daily -1: no limit)
+local function carry(du, day, daily)
+  if day == today then return du end
+  if daily < 0 then return 0 end
+  return math.max(0, du - daily * math.max(0, today - (day or -1)))
+end
+
+-- seconds until the end of the last day on which the usage du still counts
+local function day_ttl(du, daily)
+  return (today + math.max(1, math.ceil(du / daily))) * DAY - now
+end
+
+local function ttl(rl, rpm, tl, tpm, du, daily)
   local t = 1
   if rpm > 0 then t = math.max(t, (rpm - rl) * PERIOD / rpm) end
   if tpm > 0 then t = math.max(t, (tpm - tl) * PERIOD / tpm) end
-  if daily > 0 then t = math.max(t, (today + 1) * DAY - now) end
+  if daily > 0 then t = math.max(t, day_ttl(du, daily)) end
   return math.ceil(t) + 1
 end
 
-local function load(key)
+local function load(key, daily)
   local h = redis.call('HMGET', key, 'rl', 'rt', 'tl', 'tt', 'day', 'du')
-  local du = tonumber(h[6]) or 0
-  if tonumber(h[5]) ~= today then du = 0 end
+  local du = carry(tonumber(h[6]) or 0, tonumber(h[5]), daily)
   return tonumber(h[1]), tonumber(h[2]) or now, tonumber(h[3]), tonumber(h[4]) or now, du
 end
 
@@ -56,7 +72,7 @@ local function store(key, rl, tl, du, rpm, tpm, daily)
   if rpm > 0 then table.insert(fields, 'rl'); table.insert(fields, rl) end
   if tpm > 0 then table.insert(fields, 'tl'); table.insert(fields, tl) end
   redis.call('HSET', key, unpack(fields))
-  redis.call('EXPIRE', key, ttl(rl, rpm, tl, tpm, daily))
+  redis.call('EXPIRE', key, ttl(rl, rpm, tl, tpm, du, daily))
 end
 """
 
@@ -73,7 +89,7 @@ for i = 1, n do
   local b = 5 + (i - 1) * 4
   local rpm, tpm, conc, daily = tonumber(ARGV[b+1]), tonumber(ARGV[b+2]),
     tonumber(ARGV[b+3]), tonumber(ARGV[b+4])
-  local rl, rt, tl, tt, du = load(KEYS[i])
+  local rl, rt, tl, tt, du = load(KEYS[i], daily)
   rl = refill(rl, rt, rpm)
   tl = refill(tl, tt, tpm)
   redis.call('ZREMRANGEBYSCORE', KEYS[n + i], '-inf', now)
@@ -131,9 +147,15 @@ for _ = 1, tonumber(ARGV[2]) do
       redis.call('HSET', key, 'tl', tl, 'tt', now)
       need = (tpm - tl) * PERIOD / tpm
     end
-    if daily > 0 and tonumber(h[3]) == day then
-      redis.call('HSET', key, 'du', math.max(0, tonumber(h[4]) + used - reserved))
-      need = math.max(need, (day + 1) * DAY - now)
+    if daily > 0 then
+      local du = carry(tonumber(h[4]) or 0, tonumber(h[3]), daily)
+      if day < today then
+        du = du + math.max(0, used - reserved)
+      else
+        du = math.max(0, du + used - reserved)
+      end
+      redis.call('HSET', key, 'day', today, 'du', du)
+      need = math.max(need, day_ttl(du, daily))
     end
     -- never shorten the expiry: the requests bucket may need longer to refill
     if redis.call('TTL', key) < need + 1 then redis.call('EXPIRE', key, math.ceil(need) + 1) end

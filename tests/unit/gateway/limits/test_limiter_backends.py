@@ -127,6 +127,73 @@ async def test_daily_quota_until_midnight_utc(limiter: LimiterBackend, clock: Fa
     assert (await admit(limiter, k, tokens=1000)).ticket is not None
 
 
+def midnight_after(now: float) -> float:
+    return (now // DAY + 1) * DAY
+
+
+async def test_daily_debt_carries_over_the_days_turn(
+    limiter: LimiterBackend, clock: FakeClock
+) -> None:
+    k = key(daily_tokens=1000)
+    decision = await admit(limiter, k, tokens=100)
+    limiter.settle(ticket_of(decision), 2600)  # a stream that overran: 1600 over the quota
+    await limiter.drain()
+    clock.now = midnight_after(clock.now) + 60
+    refused = await admit(limiter, k, tokens=500)
+    assert refused.refusal is not None and refused.refusal.limit_name == "tokens per day"
+    assert refused.refusal.used == 1600  # 2600 less the new day's 1000
+    # 1600 + 500 fits only after two more turns: 600 + 500 is still over tomorrow.
+    two_turns = midnight_after(clock.now) + DAY
+    assert refused.refusal.retry_after == pytest.approx(two_turns - clock.now)
+    clock.now = midnight_after(clock.now)
+    assert (await admit(limiter, k, tokens=400)).ticket is not None  # 600 carried + 400
+    refused = await admit(limiter, k, tokens=1)
+    assert refused.refusal is not None and refused.refusal.used == 1000
+    clock.now = midnight_after(clock.now)  # exactly the quota was used: nothing carries
+    assert (await admit(limiter, k, tokens=1000)).ticket is not None
+
+
+async def test_daily_debt_over_several_days_is_paid_by_each_day_passed(
+    limiter: LimiterBackend, clock: FakeClock
+) -> None:
+    k = key(daily_tokens=1000)
+    decision = await admit(limiter, k, tokens=100)
+    limiter.settle(ticket_of(decision), 2600)
+    await limiter.drain()
+    clock.now = midnight_after(clock.now) + DAY + 60  # two turns without a request
+    refused = await admit(limiter, k, tokens=401)
+    assert refused.refusal is not None and refused.refusal.used == 600
+    assert (await admit(limiter, k, tokens=400)).ticket is not None
+
+
+async def test_settlement_after_midnight_charges_only_the_excess_to_the_new_day(
+    limiter: LimiterBackend, clock: FakeClock
+) -> None:
+    k = key(daily_tokens=1000)
+    clock.now = midnight_after(clock.now) - 10
+    decision = await admit(limiter, k, tokens=300)
+    clock.advance(20)  # the stream ends after midnight, 200 over its reservation
+    limiter.settle(ticket_of(decision), 500)
+    await limiter.drain()
+    refused = await admit(limiter, k, tokens=801)
+    assert refused.refusal is not None and refused.refusal.used == 200
+    assert (await admit(limiter, k, tokens=800)).ticket is not None
+
+
+async def test_refund_after_midnight_gives_nothing_back_to_the_new_day(
+    limiter: LimiterBackend, clock: FakeClock
+) -> None:
+    k = key(daily_tokens=1000)
+    clock.now = midnight_after(clock.now) - 10
+    yesterday = await admit(limiter, k, tokens=600)
+    clock.advance(20)
+    assert (await admit(limiter, k, tokens=700)).ticket is not None
+    limiter.settle(ticket_of(yesterday), 0)  # reserved 600 yesterday, used none
+    await limiter.drain()
+    refused = await admit(limiter, k, tokens=301)
+    assert refused.refusal is not None and refused.refusal.used == 700
+
+
 async def test_key_and_tenant_must_both_pass_and_nothing_is_taken_on_refusal(
     limiter: LimiterBackend,
 ) -> None:
