@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 from bench_overhead import LOAD_CORE, MODEL, PROXY_CORE, Processes, free_port, start_sim, wait_http
 from bench_overhead import wrk as run_wrk
+from gateway.context import SCOPE_KEY, RequestContext
 
 from gateway.auth.authenticator import Authenticator
 from gateway.auth.config import AuthConfig
@@ -34,9 +35,8 @@ from gateway.auth.keys import KeyHasher
 from gateway.auth.manage import KeyManager, KeySpec, TenantSpec
 from gateway.auth.middleware import AuthMiddleware
 from gateway.auth.store import AuthStore
-from gateway.context import SCOPE_KEY, RequestContext
+from gateway.runtime.migrations import all_migrations
 from gateway.storage import Database, StorageConfig
-from gateway.storage.registry import all_migrations
 
 HASH_SECRET = "bench-auth-hash-secret-0123456789"
 ROUNDS = 3

@@ -31,20 +31,20 @@ import orjson
 import yaml
 from bench_overhead import LOAD_CORE, MODEL, PROXY_CORE, Processes, free_port, start_sim, wait_http
 from bench_overhead import wrk as run_wrk
+from gateway.context import RequestContext
 
 from gateway.accounting.config import AccountingConfig
 from gateway.accounting.ledger import Ledger, UsageRow
 from gateway.accounting.ledger_sql import SqlLedgerStore
 from gateway.accounting.stage import Accounting
-from gateway.accounting.tokens import TokenCounter, TokenizerConfig, build_token_counter
-from gateway.context import RequestContext
 from gateway.limits.admission import RateLimiter
 from gateway.limits.config import LimitsConfig, LimitValues
 from gateway.metrics import GatewayMetrics
-from gateway.proxy.parse import Operation, ParsedRequest, parse_request
-from gateway.proxy.sse import StreamMeter
+from gateway.runtime.migrations import all_migrations
 from gateway.storage import Database, StorageConfig
-from gateway.storage.registry import all_migrations
+from gateway.tokens.counting import TokenCounter, TokenizerConfig, build_token_counter
+from gateway.wire.meter import StreamMeter
+from gateway.wire.request import Operation, ParsedRequest, parse_request
 from tests.redisserver import spawn_redis
 
 ROOMY = LimitValues(requests_per_minute=10**9, tokens_per_minute=10**12, concurrent_requests=10**6)

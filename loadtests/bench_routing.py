@@ -35,15 +35,15 @@ import orjson
 import tiktoken
 import yaml
 from bench_overhead import Processes, free_port, wait_http
-
-from gateway.accounting.tokens import TokenizerConfig, build_token_counter
-from gateway.config import GatewayConfig, parse_config
 from gateway.context import RequestContext
+
+from gateway.config import GatewayConfig, parse_config
 from gateway.metrics import GatewayMetrics
-from gateway.proxy.parse import Operation, parse_request
 from gateway.routing.pools import Pool, Replica
 from gateway.routing.router import ModelRouter
-from gateway.routing.table import build_routers, build_routing
+from gateway.runtime.table import build_routers, build_routing
+from gateway.tokens.counting import TokenizerConfig, build_token_counter
+from gateway.wire.request import Operation, parse_request
 
 PYTHON = sys.executable
 MODEL = "sim-model"

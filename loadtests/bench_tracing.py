@@ -41,16 +41,16 @@ from bench_overhead import (
     wait_http,
 )
 from bench_overhead import wrk as run_wrk
+from gateway.context import SCOPE_KEY, RequestContext
 
 from gateway.asgi import Message, Receive, Scope, Send
-from gateway.context import SCOPE_KEY, RequestContext
 from gateway.metrics import GatewayMetrics
-from gateway.proxy.parse import Operation, ParsedRequest, parse_request
-from gateway.proxy.sse import StreamMeter
 from gateway.telemetry import Tracing, TracingConfig, build_tracing
 from gateway.telemetry.attempt import UpstreamAttempts, observe_phases
 from gateway.telemetry.phases import phases_of
 from gateway.telemetry.server import ServerSpanMiddleware
+from gateway.wire.meter import StreamMeter
+from gateway.wire.request import Operation, ParsedRequest, parse_request
 
 HERE = Path(__file__).resolve().parent
 MODES: dict[str, dict[str, Any]] = {

@@ -22,6 +22,7 @@ from pydantic import Field, model_validator
 
 from configkit import StrictModel
 
+
 class Strict(StrictModel):
     """Unknown keys are errors with a suggestion (the shared loader's rule)."""
 
