@@ -27,7 +27,7 @@ from loadtests.pdload.arrivals import Arrival
 from loadtests.pdload.plots import write_plots
 from loadtests.pdload.progress import Progress
 from loadtests.pdload.report import build_report, render_markdown, write_report
-from loadtests.pdload.runner import Request, Step, StepResult, run_step
+from loadtests.pdload.runner import Mode, Request, Step, StepResult, run_step
 from loadtests.pdload.stats import Slo
 from loadtests.pdload.tokenizer import TokenizerError, load_tokenizer
 from loadtests.pdload.workload import WorkloadError, WorkloadKind, WorkloadSpec, build_items
@@ -179,7 +179,7 @@ def make_plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Plan
         parser.error(str(e))
     if len({t.name for t in targets}) != len(targets):
         parser.error("target names must differ")
-    mode = "open" if args.rate else "closed"
+    mode: Mode = "open" if args.rate else "closed"
     loads = args.rate or args.concurrency
     steps = [
         Step(i, mode, load, args.requests, args.duration, args.arrival)
@@ -255,13 +255,19 @@ async def _run(args: argparse.Namespace, plan: Plan) -> list[StepResult]:
 
 
 def _describe_workload(spec: WorkloadSpec, tokenizer: str) -> str:
+    s = spec
     shapes = {
-        "fixed": f"fixed {spec.input_tokens} prompt / {spec.output_tokens} output tokens",
-        "lognormal": f"lognormal, median prompt {spec.input_tokens} (sigma {spec.input_sigma}), median output {spec.output_tokens} (sigma {spec.output_sigma})",
-        "mix": f"mix: {spec.long_fraction:.0%} long ({spec.long_tokens} tokens), the rest short ({spec.short_tokens}); {spec.output_tokens} output",
-        "shared-prefix": f"{spec.prefix_groups} shared prefixes of {spec.prefix_tokens} tokens + {spec.input_tokens} unique; {spec.output_tokens} output",
-        "dataset": f"dataset {spec.dataset}",
+        "fixed": f"fixed {s.input_tokens} prompt tokens",
+        "lognormal": f"lognormal, median prompt {s.input_tokens} (sigma {s.input_sigma}), "
+        f"median output {s.output_tokens} (sigma {s.output_sigma})",
+        "mix": f"mix: {s.long_fraction:.0%} long ({s.long_tokens} tokens), "
+        f"the rest short ({s.short_tokens})",
+        "shared-prefix": f"{s.prefix_groups} shared prefixes of {s.prefix_tokens} tokens "
+        f"+ {s.input_tokens} unique",
+        "dataset": f"dataset {s.dataset}",
     }
+    if s.kind != "lognormal":
+        shapes[s.kind] += f", max_tokens {s.output_tokens}"
     return f"{shapes[spec.kind]}, tokenizer {tokenizer}"
 
 

@@ -173,6 +173,7 @@ async def preflight(session: aiohttp.ClientSession, target: Target) -> list[str]
         return [f"target {target.name!r}: GET {url} did not return a model list"]
     if target.model not in listed:
         return [
-            f"target {target.name!r} does not list model {target.model!r} (lists {sorted(map(str, listed))[:8]})"
+            f"target {target.name!r} does not list model {target.model!r} "
+            f"(lists {sorted(map(str, listed))[:8]})"
         ]
     return []

@@ -116,7 +116,7 @@ def build_items(
     lengths_rng = random.Random(seed)
     text_rng = random.Random(f"{seed}/{salt}")
     prefixes: dict[str, tuple[str, int]] = {}
-    items = []
+    items: list[WorkItem] = []
     for i in range(count):
         prompt_tokens, max_tokens, shape = _lengths(spec, lengths_rng, i)
         text, got = fit_prompt(tokenizer, prompt_tokens, text_rng)
@@ -157,7 +157,7 @@ def load_dataset(spec: WorkloadSpec, tokenizer: Tokenizer) -> list[WorkItem]:
     optional ``max_tokens``. Bounded: at most ``MAX_DATASET_LINES`` lines of at most 1 MiB."""
     if spec.dataset is None:
         raise WorkloadError("the dataset workload needs --dataset FILE")
-    items = []
+    items: list[WorkItem] = []
     try:
         with spec.dataset.open("rb") as f:
             for number, line in enumerate(f, 1):

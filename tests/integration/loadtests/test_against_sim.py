@@ -73,7 +73,8 @@ def test_completions_prompt_lengths_are_exact_and_every_request_is_reported(
     out = tmp_path / "r"
     timed_sim.reset()
     done = run_tool(
-        "--target", f"a={timed_sim.base_url}", "--target", f"name=b,url={timed_sim.base_url},model=m",
+        "--target", f"a={timed_sim.base_url}",
+        "--target", f"name=b,url={timed_sim.base_url},model=m",
         "--model", "m", "--api", "completions", "--tokenizer", "words", "--workload", "mix",
         "--short-tokens", "10", "--long-tokens", "90", "--rate", "20,40", "--arrival", "constant",
         "--requests", "10", "--output-tokens", "3", "--slo-ttft-ms", "5000", "--out", str(out),
@@ -82,7 +83,10 @@ def test_completions_prompt_lengths_are_exact_and_every_request_is_reported(
     data = _report(out)
     assert [t["name"] for t in data["targets"]] == ["a", "b"]
     assert len(data["requests"]) == 40
-    assert {(r["prompt_tokens"], r["shape"]) for r in data["requests"]} == {(10, "short"), (90, "long")}
+    assert {(r["prompt_tokens"], r["shape"]) for r in data["requests"]} == {
+        (10, "short"),
+        (90, "long"),
+    }
     seen = sorted(len(r["body"]["prompt"].split()) for r in timed_sim.requests())
     assert seen == sorted(r["prompt_tokens"] for r in data["requests"])
     for name in ("latency_cdf", "latency_vs_load", "throughput_vs_load", "per_pool"):

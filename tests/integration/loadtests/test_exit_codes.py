@@ -15,7 +15,10 @@ from tests.integration.loadtests.test_against_sim import run_tool
 
 class _RefusesKeys(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
-        body = b'{"error": {"message": "Invalid API key", "type": "invalid_request_error", "code": "invalid_api_key"}}'
+        body = (
+            b'{"error": {"message": "Invalid API key", "type": "invalid_request_error",'
+            b' "code": "invalid_api_key"}}'
+        )
         self.send_response(401)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))

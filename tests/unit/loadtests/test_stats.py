@@ -8,7 +8,13 @@ from loadtests.pdload.records import RequestRecord
 from loadtests.pdload.stats import Slo, find_knee, percentile, summarize, summarize_by
 
 
-def _rec(ttft: float | None = 0.1, tpot: float | None = 0.01, error: str | None = None, pool: str | None = "pd", tokens: int = 10) -> RequestRecord:  # fmt: skip
+def _rec(
+    ttft: float | None = 0.1,
+    tpot: float | None = 0.01,
+    error: str | None = None,
+    pool: str | None = "pd",
+    tokens: int = 10,
+) -> RequestRecord:
     return RequestRecord(
         target="t", step=0, index=0, shape="fixed", sent_at=0.0, lag=0.0,
         expected_prompt_tokens=5, max_tokens=tokens, error=error, ttft=ttft, tpot=tpot,

@@ -37,7 +37,7 @@ def test_huggingface_tokenizer_json(tmp_path: Path) -> None:
 
 
 def test_unknown_tokenizer_is_a_clear_error() -> None:
-    with pytest.raises(TokenizerError, match="tokenizer.json"):
+    with pytest.raises(TokenizerError, match=r"tokenizer\.json"):
         load_tokenizer("/nowhere/tokenizer.json")
 
 
@@ -46,7 +46,9 @@ def test_same_lengths_for_every_salt_different_text() -> None:
     tok = load_tokenizer("words")
     a = build_items(spec, tok, 50, seed=3, salt=0)
     b = build_items(spec, tok, 50, seed=3, salt=1)
-    assert [(i.prompt_tokens, i.max_tokens) for i in a] == [(i.prompt_tokens, i.max_tokens) for i in b]
+    assert [(i.prompt_tokens, i.max_tokens) for i in a] == [
+        (i.prompt_tokens, i.max_tokens) for i in b
+    ]
     assert all(x.prompt != y.prompt for x, y in zip(a, b, strict=True))
 
 
