@@ -1,0 +1,1 @@
+"""Load tests and benchmarks of pd-gateway; ``loadtests.pdload`` is the ``pd-loadtest`` tool."""

@@ -1,0 +1,3 @@
+from loadtests.pdload.cli import main
+
+main()
