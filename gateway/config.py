@@ -48,6 +48,10 @@ class ServerConfig(StrictModel):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     access_log: bool = True
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0)
+    max_json_containers: int = Field(200_000, gt=0)
+    """JSON objects plus arrays in one request body (checked on the bytes, before parsing)."""
+    max_list_items: int = Field(10_000, gt=0)
+    """Entries in ``messages`` or in a list ``prompt``/``input``."""
     max_tokens_limit: int = Field(1_000_000, gt=0)
     """Requests asking for more ``max_tokens`` than this are refused as absurd."""
     graceful_shutdown_seconds: float = Field(30.0, ge=0)

@@ -102,8 +102,9 @@ class ModelNotFound(NotFound):
     default_code = "model_not_found"
 
     def __init__(self, model: str) -> None:
+        shown = model if len(model) <= 256 else model[:256] + "..."  # never echo a huge name
         super().__init__(
-            f"The model `{model}` does not exist or you do not have access to it.", param="model"
+            f"The model `{shown}` does not exist or you do not have access to it.", param="model"
         )
 
 

@@ -43,7 +43,7 @@ from gateway.wire.outcome import (
     RouteFacts,
     arrival_of,
 )
-from gateway.wire.request import Operation, ParsedRequest, parse_request, read_body
+from gateway.wire.request import BodyShape, Operation, ParsedRequest, parse_request, read_body
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +79,8 @@ class ProxyEndpoint:
         self.state = state
         self.path = "/v1/" + operation.value
         self.recorder = Recorder(state)
+        server = state.config.server
+        self.shape = BodyShape(server.max_json_containers, server.max_list_items)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         arrival = arrival_of(scope)
@@ -104,7 +106,7 @@ class ProxyEndpoint:
         route: ModelRoute | None = None
         try:
             body = await read_body(scope, receive, server.max_body_bytes)
-            request = parse_request(self.operation, body, server.max_tokens_limit)
+            request = parse_request(self.operation, body, server.max_tokens_limit, self.shape)
             route = table.route(request.model, principal)
             prompt = PromptTokens(route.counter, request.operation, request.payload)
             reservation = await self.state.accounting.admit(

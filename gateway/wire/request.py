@@ -85,7 +85,31 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def parse_request(operation: Operation, body: bytes, max_tokens_limit: int) -> ParsedRequest:
+@dataclass(frozen=True, slots=True)
+class BodyShape:
+    """Bounds on a body's shape, checked before anything costs more than a scan of its bytes."""
+
+    max_containers: int = 200_000
+    """JSON objects plus arrays in the whole body: checked on the raw bytes, before parsing (a
+    4 MiB body of ``[{},{},...]`` would otherwise take about 150 MB to parse)."""
+    max_items: int = 10_000
+    """Entries in ``messages``, or in a list ``prompt`` / ``input``."""
+    max_model_chars: int = 256
+
+
+DEFAULT_SHAPE = BodyShape()
+
+
+def parse_request(
+    operation: Operation, body: bytes, max_tokens_limit: int, shape: BodyShape = DEFAULT_SHAPE
+) -> ParsedRequest:
+    # Counting brackets over-counts those inside strings: a bound, never a wrong refusal of a
+    # body within it. bytes.count runs in C, about 1 ms for 4 MiB.
+    if body.count(b"{") + body.count(b"[") > shape.max_containers:
+        raise InvalidParameter(
+            f"The request body has more than {shape.max_containers} JSON objects and arrays.",
+            code="body_too_complex",
+        )
     try:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError as err:
@@ -95,10 +119,21 @@ def parse_request(operation: Operation, body: bytes, max_tokens_limit: int) -> P
     model = payload.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidParameter("`model` is required and must be a non-empty string.", param="model")
+    if len(model) > shape.max_model_chars:
+        raise InvalidParameter(
+            f"`model` is longer than {shape.max_model_chars} characters.", param="model"
+        )
     required = _REQUIRED_INPUT[operation]
     if required not in payload:
         raise InvalidParameter(
             f"`{required}` is required.", param=required, code="missing_required_parameter"
+        )
+    items = payload[required]
+    if isinstance(items, list) and len(items) > shape.max_items:
+        raise InvalidParameter(
+            f"`{required}` has {len(items)} entries, more than this gateway allows "
+            f"({shape.max_items}).",
+            param=required,
         )
     if operation is Operation.CHAT and (
         not isinstance(payload[required], list) or not payload[required]

@@ -4,7 +4,7 @@ import orjson
 import pytest
 
 from gateway.errors import BodyTooLarge, InvalidJSON, InvalidParameter, UnsupportedMediaType
-from gateway.wire.request import Operation, parse_request, read_body
+from gateway.wire.request import BodyShape, Operation, parse_request, read_body
 
 
 def body(**fields: object) -> bytes:
@@ -24,6 +24,21 @@ def test_chat_request_parsed_and_unknown_fields_kept() -> None:
     raw_whole = body(**CHAT, max_tokens=5)
     whole = parse_request(Operation.CHAT, raw_whole, 100)
     assert whole.body is raw_whole and not whole.strip_usage  # passed through untouched
+
+
+def test_shape_limits_come_before_any_expensive_work() -> None:
+    shape = BodyShape(max_containers=50, max_items=3, max_model_chars=8)
+    flood = orjson.dumps({**CHAT, "junk": [{}] * 60})
+    with pytest.raises(InvalidParameter, match="more than 50 JSON objects"):
+        parse_request(Operation.CHAT, flood, 100, shape)
+    many = orjson.dumps({"model": "m", "prompt": [""] * 4})
+    with pytest.raises(InvalidParameter, match=r"`prompt` has 4 entries"):
+        parse_request(Operation.COMPLETION, many, 100, shape)
+    with pytest.raises(InvalidParameter, match="longer than 8"):
+        parse_request(Operation.CHAT, orjson.dumps({**CHAT, "model": "m" * 9}), 100, shape)
+    assert parse_request(
+        Operation.COMPLETION, orjson.dumps({"model": "m", "prompt": [""] * 3}), 100, shape
+    )
 
 
 def test_reservation_inputs_follow_vllm() -> None:
