@@ -27,7 +27,6 @@ from typing import Any
 import yaml
 from bench_overhead import LOAD_CORE, MODEL, PROXY_CORE, Processes, free_port, start_sim, wait_http
 from bench_overhead import wrk as run_wrk
-from gateway.context import SCOPE_KEY, RequestContext
 
 from gateway.auth.authenticator import Authenticator
 from gateway.auth.config import AuthConfig
@@ -82,11 +81,9 @@ async def micro(calls: int) -> dict[str, float]:
             scope["headers"] = headers
 
             async def through_middleware() -> None:
-                scope[SCOPE_KEY] = RequestContext("id", 0.0)
                 await middleware(scope, None, None)  # type: ignore[arg-type]
 
             async def bare() -> None:
-                scope[SCOPE_KEY] = RequestContext("id", 0.0)
                 await inner(scope, None, None)
 
             authenticator = await _time_per_call(lambda: auth.tenant(token), calls)

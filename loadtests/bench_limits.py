@@ -31,7 +31,6 @@ import orjson
 import yaml
 from bench_overhead import LOAD_CORE, MODEL, PROXY_CORE, Processes, free_port, start_sim, wait_http
 from bench_overhead import wrk as run_wrk
-from gateway.context import RequestContext
 
 from gateway.accounting.config import AccountingConfig
 from gateway.accounting.ledger import Ledger, UsageRow
@@ -42,9 +41,10 @@ from gateway.limits.config import LimitsConfig, LimitValues
 from gateway.metrics import GatewayMetrics
 from gateway.runtime.migrations import all_migrations
 from gateway.storage import Database, StorageConfig
-from gateway.tokens.counting import TokenCounter, TokenizerConfig, build_token_counter
-from gateway.wire.meter import StreamMeter
+from gateway.tokens.counting import PromptTokens, TokenCounter, TokenizerConfig, build_token_counter
+from gateway.wire.outcome import NOWHERE, Arrival, Delivered, Ending, Outcome
 from gateway.wire.request import Operation, ParsedRequest, parse_request
+from gateway.wire.usage import Usage
 from tests.redisserver import spawn_redis
 
 ROOMY = LimitValues(requests_per_minute=10**9, tokens_per_minute=10**12, concurrent_requests=10**6)
@@ -79,7 +79,7 @@ async def per_call(
 
 def accounting_for(limits: LimitsConfig) -> Accounting:
     metrics = GatewayMetrics()
-    return Accounting(AccountingConfig(), RateLimiter.build(limits, metrics), metrics.registry)
+    return Accounting(AccountingConfig(), RateLimiter.build(limits, metrics), metrics)
 
 
 async def one_request_path(
@@ -87,15 +87,17 @@ async def one_request_path(
 ) -> None:
     """What the handler runs for one request around the exchange, in its order (the body was
     parsed before: the gateway parses it with or without limits)."""
-    ctx = RequestContext("bench", time.perf_counter())
+    arrival = Arrival("bench", None, time.perf_counter(), time.time())
     request = parsed
-    ctx.model = request.model
-    reservation = await accounting.admit(ctx, request, counters)
-    request = accounting.ask_for_usage(ctx, request)
-    with accounting.settling(ctx, request, reservation, counters):
-        ctx.status = 200
-        ctx.meter = meter = StreamMeter()
-        meter.usage = {"prompt_tokens": ctx.prompt_tokens or 0, "completion_tokens": 64}
+    prompt = PromptTokens(counters[request.model], request.operation, request.payload)
+    reservation = await accounting.admit(arrival, None, request, prompt, None)
+    usage = Usage(prompt.counted or 0, 64)
+    outcome = Outcome(
+        arrival, "POST", "/v1/chat/completions", request.operation, request.model,
+        request.stream, None, None, NOWHERE, Delivered(200, 200), Ending.COMPLETE, True, True,
+        usage, prompt.counted, time.perf_counter(),
+    )  # fmt: skip
+    accounting.settle(reservation, outcome)
 
 
 async def micro(calls: int) -> dict[str, tuple[float, float]]:

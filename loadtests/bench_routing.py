@@ -35,14 +35,17 @@ import orjson
 import tiktoken
 import yaml
 from bench_overhead import Processes, free_port, wait_http
-from gateway.context import RequestContext
 
 from gateway.config import GatewayConfig, parse_config
 from gateway.metrics import GatewayMetrics
+from gateway.routing.dispatch import Dispatcher
+from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.pools import Pool, Replica
 from gateway.routing.router import ModelRouter
-from gateway.runtime.table import build_routers, build_routing
-from gateway.tokens.counting import TokenizerConfig, build_token_counter
+from gateway.routing.service import Caller
+from gateway.runtime.table import build_table
+from gateway.tokens.counting import PromptTokens, TokenizerConfig, build_token_counter
+from gateway.upstream.client import AiohttpUpstream
 from gateway.wire.request import Operation, parse_request
 
 PYTHON = sys.executable
@@ -111,23 +114,27 @@ async def stage_cost(model: str, calls: int) -> float:
     """Microseconds per request for the whole route stage (count, variant, plan, replica choice,
     dispatch bookkeeping, metrics, outcome), the upstream call itself excluded."""
     cfg = parse_config(_model_config("http://127.0.0.1:1", "http://127.0.0.1:2"), env={})
-    pools = {name: Pool(name, p) for name, p in cfg.pools.items()}
-    routing = build_routing(cfg, GatewayMetrics())
-    router = build_routers(cfg, pools, routing)[model]
+    table = build_table(cfg, AiohttpUpstream, RoutingMetrics(GatewayMetrics()))
+    route = table.models[model]
     body = orjson.dumps({"model": model, "messages": [{"role": "user", "content": "Say hi."}]})
     request = parse_request(Operation.CHAT, body, 100_000)
     scope: dict[str, Any] = {"headers": [], "client": ("127.0.0.1", 5000)}
     answer = _Answer()
+    caller = Caller(None, None)
 
     async def send_via(pool: Pool, replica: Replica, upstream: str | None) -> Any:
         return answer
 
     started = time.perf_counter()
-    for i in range(calls):
-        ctx = RequestContext(request_id=str(i), started=0.0)
-        async with routing.serve(router, request, scope, ctx, send_via):
-            pass
-    return (time.perf_counter() - started) / calls * 1e6
+    for _ in range(calls):
+        prompt = PromptTokens(route.counter, request.operation, request.payload)
+        plan = table.routing.plan(route.router, request, scope, caller, prompt)
+        attempt = await table.routing.dispatcher.first_answer(plan, send_via, [])
+        Dispatcher.finish(attempt, None)
+    elapsed = (time.perf_counter() - started) / calls * 1e6
+    for pool in table.pools.values():
+        await pool.client.aclose()
+    return elapsed
 
 
 def _model_config(pd_url: str, colo_url: str) -> dict[str, Any]:

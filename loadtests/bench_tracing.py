@@ -41,16 +41,17 @@ from bench_overhead import (
     wait_http,
 )
 from bench_overhead import wrk as run_wrk
-from gateway.context import SCOPE_KEY, RequestContext
 
 from gateway.asgi import Message, Receive, Scope, Send
 from gateway.metrics import GatewayMetrics
+from gateway.proxy.record import observe
 from gateway.telemetry import Tracing, TracingConfig, build_tracing
-from gateway.telemetry.attempt import UpstreamAttempts, observe_phases
-from gateway.telemetry.phases import phases_of
+from gateway.telemetry.attempt import UpstreamAttempts
 from gateway.telemetry.server import ServerSpanMiddleware
 from gateway.wire.meter import StreamMeter
+from gateway.wire.outcome import ARRIVAL_KEY, Arrival, Ending, Outcome, RouteFacts
 from gateway.wire.request import Operation, ParsedRequest, parse_request
+from gateway.wire.usage import settle_usage
 
 HERE = Path(__file__).resolve().parent
 MODES: dict[str, dict[str, Any]] = {
@@ -73,17 +74,40 @@ def request_parts() -> tuple[ParsedRequest, StreamMeter]:
     return parse_request(Operation.CHAT, body, 1_000_000), meter
 
 
+def outcome_of(arrival: Arrival, request: ParsedRequest, meter: StreamMeter) -> Outcome:
+    """The request's one outcome, as gateway/proxy/record.py builds it."""
+    delivered = meter.delivered(
+        status=200, upstream_status=200, first_byte_at=time.perf_counter(), error_code=None
+    )
+    usage = settle_usage(
+        reported=delivered.upstream_usage,
+        reached=True,
+        complete=True,
+        prompt_tokens=lambda: 9,
+        output_text="",
+        content_events=delivered.content_events,
+        count_text=None,
+    )
+    return Outcome(
+        arrival, "POST", "/v1/chat/completions", request.operation, MODEL, True, None, None,
+        RouteFacts("default", "sim", "http://127.0.0.1:9", "single_pool"), delivered,
+        Ending.COMPLETE, True, True, usage, 9, time.perf_counter(),
+    )  # fmt: skip
+
+
 def traced_request(tracing: Tracing, metrics: GatewayMetrics) -> Callable[[], Awaitable[None]]:
     """The tracing work of one streamed request, as the gateway does it, minus the I/O."""
     request, meter = request_parts()
 
     async def pipeline(scope: Scope, receive: Receive, send: Send) -> None:
-        ctx: RequestContext = scope[SCOPE_KEY]
-        ctx.model, ctx.pool, ctx.status = MODEL, "sim", 200
-        with UpstreamAttempts(tracing, metrics, ctx, request) as attempts:
-            with attempts.sending("http://127.0.0.1:9") as attempt:
-                attempt.headers  # noqa: B018 (what the handler reads)
-            ctx.meter = meter
+        arrival: Arrival = scope[ARRIVAL_KEY]
+        attempts = UpstreamAttempts(tracing, arrival, request)
+        with attempts.sending("http://127.0.0.1:9") as attempt:
+            attempt.headers  # noqa: B018 (what the handler reads)
+        outcome = outcome_of(arrival, request, meter)
+        attempts.end(outcome)
+        observe(metrics, outcome)
+        arrival.slot.put(outcome)
 
     middleware = ServerSpanMiddleware(
         pipeline, tracing=tracing, traced_paths=["/v1/chat/completions"]
@@ -95,12 +119,10 @@ def bare_request(metrics: GatewayMetrics) -> Callable[[], Awaitable[None]]:
     """The same request with no tracing code at all: only the per-phase metrics."""
     _, meter = request_parts()
 
+    request, _ = request_parts()
+
     async def pipeline(scope: Scope, receive: Receive, send: Send) -> None:
-        ctx: RequestContext = scope[SCOPE_KEY]
-        ctx.model, ctx.pool, ctx.status = MODEL, "sim", 200
-        ctx.meter = meter
-        now = time.perf_counter()
-        observe_phases(metrics, ctx, phases_of(meter, streamed=True, sent_at=now, ended_at=now))
+        observe(metrics, outcome_of(scope[ARRIVAL_KEY], request, meter))
 
     return _caller(pipeline)
 
@@ -116,7 +138,7 @@ def _caller(
     }
 
     async def run() -> None:
-        scope[SCOPE_KEY] = RequestContext("id", time.perf_counter())
+        scope[ARRIVAL_KEY] = Arrival("id", None, time.perf_counter(), time.time())
         await app(scope, _receive, _send)
 
     return run
