@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from typing import Any
+
+import orjson
 
 from gateway.asgi import JSON, Send, send_response
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, error_body
 from gateway.upstream.client import UpstreamResponse
 from gateway.wire.meter import StreamMeter
 from gateway.wire.outcome import Delivered
@@ -84,12 +87,50 @@ class Relay:
         return clean
 
     async def _whole(self, response: UpstreamResponse, headers: Iterable[Header]) -> None:
-        """A non-streaming answer: read it whole (it is one JSON document), then send it."""
+        """A non-streaming answer: read it whole (it is one JSON document), then send it. An
+        error answer is put into the OpenAI envelope (an upstream's 5xx may carry a traceback:
+        only its status passes); a good one is forwarded byte for byte."""
         body = await response.read()
         self._first_byte_at = time.perf_counter()
-        self.meter.observe_document(body)
         relayed = response.relay_headers()
+        if response.status >= 400:
+            body = upstream_error_body(response.status, body)
+            relayed = [h for h in relayed if h[0] != b"content-type"]
+        self.meter.observe_document(body)
         content_type = next((v for k, v in relayed if k == b"content-type"), JSON)
         others = [h for h in relayed if h[0] != b"content-type"]
         self.status = response.status
         await send_response(self._send, response.status, body, content_type, [*others, *headers])
+
+
+def upstream_error_body(status: int, body: bytes) -> bytes:
+    """An upstream's error answer in the OpenAI envelope, ``code`` a string or null.
+
+    A 4xx keeps the upstream's own message (it tells the client what to fix); a 5xx keeps only
+    its status, since its body may carry internals (a Ray or vLLM traceback).
+    """
+    error: dict[str, Any] = {}
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        document = None
+    if isinstance(document, dict) and isinstance(document.get("error"), dict):
+        error = document["error"]
+    elif isinstance(document, dict):  # some servers put the fields at the top level
+        error = document
+    message = error.get("message")
+    if status >= 500 or not isinstance(message, str):
+        message = f"The upstream answered with status {status}."
+    code = error.get("code")
+    kind = error.get("type")
+    param = error.get("param")
+    return error_body(
+        message[:2000],
+        kind if isinstance(kind, str) and status < 500 else _default_type(status),
+        param if isinstance(param, str) else None,
+        None if code is None else str(code)[:200],
+    )
+
+
+def _default_type(status: int) -> str:
+    return "invalid_request_error" if status < 500 else "server_error"

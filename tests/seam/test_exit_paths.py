@@ -161,3 +161,13 @@ async def test_reservations_cover_every_choice_and_the_vllm_cap(tmp_path: Path) 
         fits = await gw.call(CHAT, chat(n=2))  # 2 x 300 + the prompt < 1000
         assert fits.status == 200
         settled_once(gw)
+
+
+async def test_upstream_error_answers_are_put_in_the_openai_envelope(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path, SCRIPTS) as gw:
+        server_error = (await gw.call(CHAT, chat("e500"))).json()["error"]
+        assert server_error["message"] == "The upstream answered with status 500."
+        assert server_error["type"] == "server_error"
+        client_error = (await gw.call(CHAT, chat("e400"))).json()["error"]
+        assert client_error["message"] == "upstream said no"  # a 4xx keeps its message
+        assert client_error["code"] is None or isinstance(client_error["code"], str)

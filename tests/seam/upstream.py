@@ -103,7 +103,9 @@ class FakeResponse:
 
     def _document(self) -> bytes:
         if self.status != 200:
-            error = {"message": "upstream said no", "type": "server_error", "code": None}
+            # vLLM's shape, with an integer code and (for a 5xx) internals in the message
+            message = "upstream said no" if self.status < 500 else "Traceback (most recent call"
+            error = {"message": message, "type": "BadRequestError", "code": self.status}
             return orjson.dumps({"error": error})
         usage = {"prompt_tokens": 11, "completion_tokens": self.script.chunks}
         choice = {"index": 0, "message": {"role": "assistant", "content": "hi"}}
