@@ -42,7 +42,7 @@ class GatewayProcess:
         deadline = time.monotonic() + timeout
         while True:
             entries = self._access_entries()
-            if request_id is None or any(e["request_id"] == request_id for e in entries):
+            if request_id is None or any(request_id in _ids(e) for e in entries):
                 return entries
             if time.monotonic() > deadline:
                 raise AssertionError(f"no access log entry for {request_id}")
@@ -120,3 +120,8 @@ def _wait_ready(gateway: GatewayProcess, path: str, timeout: float = 30) -> None
             pass
         time.sleep(0.05)
     raise TimeoutError(f"gateway not ready within {timeout}s:\n{gateway.logs()}")
+
+
+def _ids(entry: dict[str, Any]) -> tuple[object, object]:
+    """An access log entry's ids: the gateway's own and the client's correlation id."""
+    return entry.get("request_id"), entry.get("correlation_id")

@@ -158,6 +158,7 @@ class _Attempt:
             attr.SERVER_PORT: where.port,
             attr.REPLICA: self._url,
             attr.REQUEST_ID: self._arrival.request_id,
+            attr.CORRELATION_ID: self._arrival.correlation_id,
             attr.HTTP_STATUS: self.status or None,
         }
         if self._tracing.config.capture_content:

@@ -30,6 +30,8 @@ URL_PATH = "url.path"
 
 # The gateway's own facts about a request.
 REQUEST_ID = "gateway.request_id"
+CORRELATION_ID = "gateway.correlation_id"
+"""The client's own x-request-id, when it sent a well-formed one."""
 MODEL = "gateway.model"
 POOL = "gateway.pool"
 REPLICA = "gateway.replica"

@@ -94,6 +94,8 @@ def describe_request(span: Span, scope: Scope, outcome: Outcome) -> None:
             attr.REQUEST_ID: outcome.arrival.request_id,
         }
     )
+    if outcome.arrival.correlation_id is not None:
+        span.set_attribute(attr.CORRELATION_ID, outcome.arrival.correlation_id)
     if status:
         span.set_attribute(attr.HTTP_STATUS, status)
     for key, value in request_facts(outcome).items():

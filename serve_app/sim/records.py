@@ -16,6 +16,7 @@ class RequestRecord(TypedDict):
 
     seq: int  # 1, 2, ... in arrival order; not reset by /sim/reset
     request_id: str | None  # the incoming x-request-id header
+    client_request_id: str | None  # x-client-request-id: a gateway's correlation id
     path: str
     model: str | None
     stream: bool
@@ -48,6 +49,7 @@ class RequestLog:
         record: RequestRecord = {
             "seq": self._seq,
             "request_id": headers.get("x-request-id"),
+            "client_request_id": headers.get("x-client-request-id"),
             "path": path,
             "model": None,
             "stream": False,

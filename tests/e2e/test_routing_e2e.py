@@ -111,7 +111,9 @@ def counted_by_gateway(gateway: GatewayProcess, headers: dict[str, str]) -> int:
     the response ends, so it may trail the last chunk by a moment)."""
     deadline = time.monotonic() + 10
     while True:
-        entries = [e for e in gateway.access_log() if e["request_id"] == headers["x-request-id"]]
+        entries = [
+            e for e in gateway.access_log() if e["correlation_id"] == headers["x-request-id"]
+        ]
         if entries or time.monotonic() > deadline:
             break
         time.sleep(0.05)

@@ -96,7 +96,7 @@ def test_one_trace_from_the_gateway_through_ingress_decode_and_prefill(
     assert usage is not None and usage.completion_tokens > 0
 
     def joined(spans: list[ReceivedSpan]) -> bool:
-        server = [s for s in spans if s.attributes.get("gateway.request_id") == request_id]
+        server = [s for s in spans if s.attributes.get("gateway.correlation_id") == request_id]
         if not server:
             return False
         trace = [s for s in spans if s.trace_id == server[0].trace_id]
@@ -109,7 +109,7 @@ def test_one_trace_from_the_gateway_through_ingress_decode_and_prefill(
         )
 
     spans = receiver.wait_for_spans(joined, timeout=90)
-    server = next(s for s in spans if s.attributes.get("gateway.request_id") == request_id)
+    server = next(s for s in spans if s.attributes.get("gateway.correlation_id") == request_id)
     trace = [s for s in spans if s.trace_id == server.trace_id]
     by_id = {s.span_id: s for s in trace}
     client_span = next(s for s in trace if s.name == f"chat {local_stack.model}-pd")

@@ -34,7 +34,7 @@ def test_readyz_follows_upstream_health(tmp_path: Path) -> None:
             assert body["unready_models"] == ["renamed", MODEL]
 
 
-def test_request_id_is_honoured_sent_upstream_and_returned(
+def test_the_client_request_id_is_echoed_and_sent_upstream_beside_the_gateways(
     gateway: GatewayProcess, sim: SimProcess
 ) -> None:
     sim.reset()
@@ -42,7 +42,9 @@ def test_request_id_is_honoured_sent_upstream_and_returned(
         gateway.base_url + "/chat/completions", json=CHAT, headers={"x-request-id": "abc-123"}
     )
     assert response.headers["x-request-id"] == "abc-123"
-    assert sim.requests()[-1]["request_id"] == "abc-123"
+    upstream = sim.requests()[-1]
+    assert upstream["client_request_id"] == "abc-123"  # a correlation id, alongside
+    assert upstream["request_id"] == response.headers["x-gateway-request-id"] != "abc-123"
     # Oversized or odd ids are replaced, never echoed.
     odd = httpx.post(
         gateway.base_url + "/chat/completions", json=CHAT, headers={"x-request-id": "x" * 500}
@@ -56,7 +58,7 @@ def test_access_log_is_json_lines_with_request_id(gateway: GatewayProcess) -> No
     httpx.post(
         gateway.base_url + "/chat/completions", json=CHAT, headers={"x-request-id": "log-me"}
     )
-    entries = [e for e in gateway.access_log("log-me") if e["request_id"] == "log-me"]
+    entries = [e for e in gateway.access_log("log-me") if e["correlation_id"] == "log-me"]
     assert len(entries) == 1
     entry = entries[0]
     assert entry["status"] == 200 and entry["model"] == MODEL and entry["pool"] == "sim"

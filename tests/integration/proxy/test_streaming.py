@@ -132,7 +132,7 @@ def _wait_settled(sim: SimProcess, request_id: str, timeout: float = 5) -> dict[
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for record in sim.requests():
-            if record["request_id"] == request_id and (
+            if record["client_request_id"] == request_id and (
                 record["cancelled"] or record["completed_at"]
             ):
                 return record

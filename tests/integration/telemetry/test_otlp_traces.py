@@ -28,10 +28,11 @@ MESSAGES = [{"role": "user", "content": "tell me about prefill and decode"}]
 
 
 def spans_of_request(receiver: Receiver, request_id: str, names: set[str]) -> list[ReceivedSpan]:
-    """The whole trace of the request the gateway knew as ``request_id``, once ``names`` arrived."""
+    """The whole trace of the request the client named ``request_id`` (its correlation id), once
+    ``names`` arrived."""
 
     def complete(spans: list[ReceivedSpan]) -> bool:
-        servers = [s for s in spans if s.attributes.get("gateway.request_id") == request_id]
+        servers = [s for s in spans if s.attributes.get("gateway.correlation_id") == request_id]
         if not servers:
             return False
         return names <= {s.name for s in trace_of(spans, servers[0].trace_id)}
@@ -40,13 +41,13 @@ def spans_of_request(receiver: Receiver, request_id: str, names: set[str]) -> li
     server = next(
         s
         for s in spans
-        if s.kind == SERVER and s.attributes.get("gateway.request_id") == request_id
+        if s.kind == SERVER and s.attributes.get("gateway.correlation_id") == request_id
     )
     return trace_of(spans, server.trace_id)
 
 
 def upstream_traceparent(sim: SimProcess, request_id: str) -> str:
-    (record,) = [r for r in sim.requests() if r["request_id"] == request_id]
+    (record,) = [r for r in sim.requests() if r["client_request_id"] == request_id]
     return str(record["headers"]["traceparent"])
 
 
@@ -105,7 +106,7 @@ def test_streamed_request_is_one_trace_with_prefill_and_decode(
 
     # The access log line of the request names its trace.
     entries = traced_gateway.access_log("traced-stream-1")
-    (logged,) = [e for e in entries if e["request_id"] == "traced-stream-1"]
+    (logged,) = [e for e in entries if e["correlation_id"] == "traced-stream-1"]
     assert logged["trace_id"] == server.trace_id
 
     # The upstream was told about this attempt's span.

@@ -103,7 +103,7 @@ def test_metrics_parse_and_the_phase_histograms_move(
     assert value(after, "gateway_replica_healthy", pool="sim", replica=sim.url) == 1
 
     # Tracing off: no traceparent made up for the upstream, and nothing exported.
-    records = [r for r in sim.requests() if str(r["request_id"]).startswith("metered-")]
+    records = [r for r in sim.requests() if str(r["client_request_id"]).startswith("metered-")]
     assert len(records) == 4
     assert not any("traceparent" in r["headers"] for r in records)
     time.sleep(0.3)  # several export intervals, had anything been queued

@@ -60,7 +60,7 @@ def test_spans_carry_tenant_and_key_public_id_but_no_secret(
         metrics = httpx.get(gateway.url + "/metrics", timeout=5).text
 
     def is_server(span: ReceivedSpan) -> bool:
-        return span.kind == SERVER and span.attributes.get("gateway.request_id") == "acme-1"
+        return span.kind == SERVER and span.attributes.get("gateway.correlation_id") == "acme-1"
 
     spans = receiver.wait_for_spans(lambda spans: any(is_server(s) for s in spans))
     server = next(s for s in spans if is_server(s))
