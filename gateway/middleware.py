@@ -102,12 +102,12 @@ class RequestIdMiddleware:
             "status": status or (outcome.status if outcome is not None else 0),
             "latency_ms": round(elapsed * 1000, 3),
         }
-        if outcome is not None:
-            line.update(outcome_fields(outcome))
+        line.update(_NO_OUTCOME if outcome is None else outcome_fields(outcome))
         self.access_log.write(line)
 
 
 def outcome_fields(outcome: Outcome) -> dict[str, object]:
+    """A proxied request's facts for its access log line (every line has the same keys)."""
     ttfb, route, usage = outcome.time_to_first_byte, outcome.route, outcome.usage
     return {
         "model": outcome.model,
@@ -126,3 +126,12 @@ def outcome_fields(outcome: Outcome) -> dict[str, object]:
         "usage_source": usage.source.value,
         "trace_id": outcome.trace_id,
     }
+
+
+_NO_OUTCOME: dict[str, object] = dict.fromkeys(
+    (
+        "model", "pool", "replica", "stream", "ttfb_ms", "error_code", "ending",
+        "client_disconnected", "variant", "routing_reason", "prompt_tokens", "input_tokens",
+        "output_tokens", "usage_source", "trace_id",
+    )
+)  # fmt: skip
