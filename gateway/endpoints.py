@@ -11,7 +11,7 @@ from gateway.auth.access import may_see
 from gateway.context import context_of
 from gateway.errors import ModelNotFound
 from gateway.openapi import openapi_document
-from gateway.routing.table import publish_pool_state, replica_status
+from gateway.routing.table import publish_pool_state
 from gateway.state import GatewayState, ModelRoute
 
 
@@ -54,23 +54,20 @@ class Healthz:
 
 class Readyz:
     """Readiness: every model has a healthy upstream replica, and the rate limiter's store
-    answers (or its policy is to fail open)."""
+    answers (or its policy is to fail open). Public, so it names no replica (URLs may carry
+    credentials) and no failure reason: those are in the admin view ``GET /admin/routing``."""
 
     def __init__(self, state: GatewayState) -> None:
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        pools = {
-            name: [replica_status(r) for r in p.replicas] for name, p in self.state.pools.items()
-        }
         unready = sorted(m.name for m in self.state.models.values() if not m.router.healthy)
         limiter = await self.state.accounting.limiter.readiness()
         ready = not unready and limiter["ready"]
         body = {
             "status": "ready" if ready else "not ready",
             "unready_models": unready,
-            "pools": pools,
-            "rate_limiter": limiter,
+            "rate_limiter": {"reachable": limiter["reachable"], "ready": limiter["ready"]},
         }
         await send_response(send, 200 if ready else 503, orjson.dumps(body))
 
@@ -84,8 +81,8 @@ class Metrics:
         for pool in self.state.pools.values():
             metrics.pool_healthy.labels(pool.name).set(1 if pool.healthy else 0)
             for r in pool.replicas:
-                metrics.replica_healthy.labels(pool.name, r.url).set(1 if r.healthy else 0)
-                metrics.replica_outstanding.labels(pool.name, r.url).set(r.outstanding)
+                metrics.replica_healthy.labels(pool.name, r.label).set(1 if r.healthy else 0)
+                metrics.replica_outstanding.labels(pool.name, r.label).set(r.outstanding)
         publish_pool_state(self.state.routing.metrics, self.state.pools.values())
         await send_response(send, 200, metrics.render(), metrics.content_type.encode())
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from gateway.config import PoolConfig
 from gateway.errors import NoHealthyUpstream
+from gateway.redact import redact_url
 from gateway.routing.breaker import BreakerState, CircuitBreaker
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,11 @@ class Replica:
     last_error: str | None = None
     last_failure: str | None = None
     """Why the breaker last counted a failure (for /readyz and logs)."""
+
+    @property
+    def label(self) -> str:
+        """The URL as shown anywhere (logs, metrics, spans, admin views): credentials redacted."""
+        return redact_url(self.url)
 
     @property
     def available(self) -> bool:
@@ -135,7 +141,7 @@ class Pool:
             extra={
                 "fields": {
                     "pool": self.name,
-                    "replica": replica.url,
+                    "replica": replica.label,
                     "breaker": state,
                     "reason": replica.last_failure,
                 }
@@ -146,7 +152,7 @@ class Pool:
         if replica.healthy:
             logger.warning(
                 "replica left rotation",
-                extra={"fields": {"pool": self.name, "replica": replica.url, "reason": reason}},
+                extra={"fields": {"pool": self.name, "replica": replica.label, "reason": reason}},
             )
         replica.healthy = False
         replica.last_error = reason
@@ -155,7 +161,7 @@ class Pool:
         if not replica.healthy:
             logger.info(
                 "replica back in rotation",
-                extra={"fields": {"pool": self.name, "replica": replica.url}},
+                extra={"fields": {"pool": self.name, "replica": replica.label}},
             )
         replica.healthy = True
         replica.last_error = None
