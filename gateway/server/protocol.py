@@ -134,7 +134,6 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self.waiting.pop(self, None)
         self._reading_head = True
         self._head_bytes = self._header_count = 0
         if self._deadline is None:  # the first request keeps the deadline armed at accept
@@ -157,6 +156,7 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
             raise HeadersTooLarge
 
     def on_headers_complete(self) -> None:
+        self.waiting.pop(self, None)  # a request in progress is not evicted
         self._reading_head = False
         self._head_raw = 0
         self._arm(self.limits.body_timeout, self._body_timeout)

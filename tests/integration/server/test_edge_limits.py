@@ -146,6 +146,8 @@ def test_connection_cap_evicts_the_longest_idle(
     config["server"] = {"max_connections": 20}
     with start_gateway(config, tmp_path) as gateway:
         idle = [connect(gateway) for _ in range(40)]
+        for sock in idle[::2]:  # half of them have begun their headers: evictable all the same
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nx-slow: ")
         try:
             assert chat(gateway).status_code == 200  # room made by closing idle ones
             closed = 0
