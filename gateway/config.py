@@ -34,7 +34,6 @@ from gateway.routing.config import (
 from gateway.storage.config import StorageConfig
 from gateway.telemetry.config import TracingConfig
 
-
 # Client headers a pool may never be told to forward: the caller's gateway credentials, its
 # cookies, the gateway's own routing (host, forwarding) and hop-by-hop headers.
 NEVER_FORWARDED = frozenset(

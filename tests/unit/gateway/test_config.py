@@ -100,7 +100,7 @@ def test_server_limits_are_strict_and_bounded() -> None:
     base = {"pools": {"p": {"urls": ["http://127.0.0.1:1"]}}, "models": {"m": {"pool": "p"}}}
     server = parse_config(base, env={}).server
     assert (server.max_header_bytes, server.max_headers, server.header_timeout) == (32768, 100, 10)
-    with pytest.raises(ConfigError, match="server.max_header_bytes"):
+    with pytest.raises(ConfigError, match=r"server\.max_header_bytes"):
         parse_config({**base, "server": {"max_header_bytes": 10}}, env={})
-    with pytest.raises(ConfigError, match="server.header_timout"):
+    with pytest.raises(ConfigError, match=r"server\.header_timout"):
         parse_config({**base, "server": {"header_timout": 1}}, env={})
