@@ -38,7 +38,7 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(tmp_path: Pa
                     "--max-time", "90", "--request-timeout", "10", "--output-sanitize", "false",
                     "--report", "junit", "--report-junit-path", str(tmp_path / "junit.xml"),
                 ],
-                capture_output=True, text=True, timeout=300,
+                capture_output=True, text=True, timeout=300, cwd=tmp_path,
                 env={**os.environ, "NO_COLOR": "1"},
             )  # fmt: skip
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
