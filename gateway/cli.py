@@ -8,47 +8,42 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 from gateway.config import ConfigError, GatewayConfig, load_config
 
 CONFIG_ENV = "PD_GATEWAY_CONFIG"
 
 
-def app_from_env() -> Starlette:
+def app_from_env() -> ASGIApp:
     """The uvicorn factory: each worker process loads the config named by $PD_GATEWAY_CONFIG."""
     from gateway.app import create_app
     from gateway.logs import configure_logging
+    from gateway.server.overload import InFlightLimit
 
     path = Path(os.environ[CONFIG_ENV])
     config = load_config(path)
     configure_logging(config.server.log_level)
-    return create_app(config, config_path=path)
+    app = create_app(config, config_path=path)
+    return InFlightLimit(app, limit=config.server.max_requests_in_flight)
 
 
 def _run(args: argparse.Namespace) -> int:
-    import uvicorn
+    from gateway.server.run import serve
 
     config = _load_or_report(args.config)
     if config is None:
         return 2
     server = config.server
     os.environ[CONFIG_ENV] = os.path.abspath(args.config)
-    uvicorn.run(
+    return serve(
         "gateway.cli:app_from_env",
-        factory=True,
+        server,
         host=args.host or server.host,
         port=server.port if args.port is None else args.port,
         workers=args.workers or server.workers,
         log_level=args.log_level or server.log_level,
-        loop="uvloop",
-        http="httptools",
-        access_log=False,  # the gateway writes its own structured access log
-        timeout_graceful_shutdown=int(server.graceful_shutdown_seconds) or None,
-        log_config=None,
-        proxy_headers=server.proxy_headers,
     )
-    return 0
 
 
 def _check_config(args: argparse.Namespace) -> int:

@@ -59,6 +59,25 @@ class ServerConfig(StrictModel):
     """Take the client address from X-Forwarded-For when the peer is a trusted proxy (uvicorn's
     ``proxy_headers``). Off by default: behind a Kubernetes Service nothing sets them, and the
     check costs time on every request."""
+    # Edge limits (gateway/server/protocol.py), per worker process; see README "Hardening".
+    max_header_bytes: int = Field(32 * 1024, ge=1024)
+    """Request line plus headers; more is refused with 431 and the connection closed."""
+    max_headers: int = Field(100, ge=8)
+    """Header lines per request; more is refused with 431."""
+    header_timeout: float = Field(10.0, gt=0)
+    """Seconds from a connection's (or request's) first byte to the end of its headers; an idle
+    new connection counts from its accept. Slowloris senders are closed after it (408)."""
+    body_timeout: float = Field(60.0, gt=0)
+    """Seconds from the end of the headers to the end of the body; a dribbled body gets 408."""
+    keep_alive_timeout: float = Field(5.0, gt=0)
+    """Seconds an idle keep-alive connection is kept between requests."""
+    send_timeout: float = Field(60.0, gt=0)
+    """Seconds a client may leave the answer unread (the send buffer full) before it is cut."""
+    max_connections: int = Field(4096, ge=1)
+    """Open client connections; at the cap the longest-idle one (no request in progress) is closed
+    to make room, else the new one gets 503. Lowered to fit the open-file limit."""
+    max_requests_in_flight: int = Field(1024, ge=1)
+    """Requests being served at once (probes excepted); more get 503 ``server_overloaded``."""
 
 
 class GatewayConfig(StrictModel):

@@ -11,7 +11,7 @@ from gateway.auth.access import may_see
 from gateway.errors import ModelNotFound
 from gateway.openapi import openapi_document
 from gateway.runtime.state import GatewayState
-from gateway.runtime.table import ModelRoute, publish_pool_state, replica_status
+from gateway.runtime.table import ModelRoute, publish_pool_state
 from gateway.wire.outcome import PRINCIPAL_KEY
 
 
@@ -54,22 +54,21 @@ class Healthz:
 
 class Readyz:
     """Readiness: every model has a healthy upstream replica, and the rate limiter's store
-    answers (or its policy is to fail open)."""
+    answers (or its policy is to fail open). Public, so it names no replica (URLs may carry
+    credentials) and no failure reason: those are in the admin view ``GET /admin/routing``."""
 
     def __init__(self, state: GatewayState) -> None:
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         table = self.state.table
-        pools = {name: [replica_status(r) for r in p.replicas] for name, p in table.pools.items()}
         unready = sorted(m.name for m in table.models.values() if not m.router.healthy)
         limiter = await self.state.accounting.limiter.readiness()
         ready = not unready and limiter["ready"]
         body = {
             "status": "ready" if ready else "not ready",
             "unready_models": unready,
-            "pools": pools,
-            "rate_limiter": limiter,
+            "rate_limiter": {"reachable": limiter["reachable"], "ready": limiter["ready"]},
         }
         await send_response(send, 200 if ready else 503, orjson.dumps(body))
 

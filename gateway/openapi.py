@@ -13,29 +13,50 @@ from gateway import __version__
 _ERROR_STATUSES = {
     "400": "Invalid JSON or parameters",
     "401": "Missing or invalid API key (invalid_api_key)",
+    "403": "The key may not use this",
     "404": "Unknown model",
+    "408": "The request was not received in time (server.header_timeout / body_timeout)",
     "413": "Body over the configured limit",
     "415": "Content-Type is not application/json",
+    "422": "The upstream refused the parameters",
+    "429": "A rate limit was reached (retry-after says when to retry)",
+    "431": "Request headers too large or too many",
+    "500": "The gateway failed unexpectedly",
     "502": "The upstream failed",
-    "503": "No healthy upstream",
+    "503": "No healthy upstream, or the gateway is overloaded",
     "504": "The upstream timed out",
 }
 
-_MAX_TOKENS = {"type": "integer", "minimum": 1}
+# Server-sent events: OpenAPI 3.1 has no item schema for a stream, so the body is a string of
+# the text/event-stream media type; each ``data:`` line holds one JSON chunk, the last is
+# ``data: [DONE]``, and a failure after the start is an ``error`` object in a ``data:`` line.
+_EVENT_STREAM = {
+    "schema": {
+        "type": "string",
+        "contentMediaType": "text/event-stream",
+        "description": "data: {chunk JSON}\\n\\n ... data: [DONE]\\n\\n",
+    },
+    "example": 'data: {"object":"chat.completion.chunk","choices":[]}\n\ndata: [DONE]\n\n',
+}
+
+# The default server.max_tokens_limit: a deployment may lower it (then larger values are 400).
+_MAX_TOKENS = {"type": "integer", "minimum": 1, "maximum": 1_000_000}
 
 
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _request_schema(required_input: str, input_schema: dict[str, Any]) -> dict[str, Any]:
+def _request_schema(
+    required_input: str, input_schema: dict[str, Any], streams: bool = True
+) -> dict[str, Any]:
     return {
         "type": "object",
         "required": ["model", required_input],
         "properties": {
             "model": {"type": "string", "minLength": 1},
             required_input: input_schema,
-            "stream": {"type": "boolean"},
+            "stream": {"type": "boolean"} if streams else {"const": False},
             "max_tokens": _MAX_TOKENS,
         },
         "additionalProperties": True,
@@ -45,7 +66,7 @@ def _request_schema(required_input: str, input_schema: dict[str, Any]) -> dict[s
 def _proxy_operation(summary: str, schema: str, streams: bool) -> dict[str, Any]:
     ok: dict[str, Any] = {"application/json": {"schema": {"type": "object"}}}
     if streams:
-        ok["text/event-stream"] = {"schema": {"type": "string"}}
+        ok["text/event-stream"] = _EVENT_STREAM
     responses: dict[str, Any] = {"200": {"description": "The upstream's answer", "content": ok}}
     for status, text in _ERROR_STATUSES.items():
         responses[status] = {
@@ -120,7 +141,7 @@ def _schemas() -> dict[str, Any]:
     return {
         "ChatRequest": _request_schema("messages", {"type": "array", "minItems": 1}),
         "CompletionRequest": _request_schema("prompt", text_or_list),
-        "EmbeddingRequest": _request_schema("input", text_or_list),
+        "EmbeddingRequest": _request_schema("input", text_or_list, streams=False),
         "Model": {
             "type": "object",
             "required": ["id", "object", "created", "owned_by"],
@@ -150,6 +171,7 @@ def _schemas() -> dict[str, Any]:
                         "message": {"type": "string"},
                         "type": {"type": "string"},
                         "param": {"type": ["string", "null"]},
+                        # Upstream errors are normalised to this envelope: a string code.
                         "code": {"type": ["string", "null"]},
                     },
                 }

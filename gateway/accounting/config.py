@@ -15,4 +15,9 @@ class AccountingConfig(StrictModel):
     ledger_interval: float = Field(0.5, gt=0)
     """Seconds between batch writes: a row reaches the store within about this long."""
     ledger_close_timeout: float = Field(20.0, ge=0)
+    ledger_max_buffered: int = Field(50_000, ge=1)
+    """Rows kept in memory while the store is down; older ones spill to ``ledger_spill_path``."""
+    ledger_spill_path: str | None = None
+    """A local file (JSON lines) for rows beyond ``ledger_max_buffered``, written back once the
+    store answers, also after a restart. Without it rows stay in memory (unbounded; logged)."""
     """At shutdown, how long to keep retrying a failing store before giving rows up."""

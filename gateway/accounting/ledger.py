@@ -3,7 +3,11 @@
 A request only appends its row (no I/O, no ``await``); a background task writes a batch every
 ``interval`` seconds, or sooner once ``batch_size`` rows wait. A failed write keeps the rows and
 retries. ``close`` (the app's shutdown, which SIGTERM triggers after in-flight requests finished)
-writes everything still buffered, so a graceful stop loses no row::
+writes everything still buffered, so a graceful stop loses no row.
+
+While the store is down the buffer is bounded: past ``max_buffered`` rows the oldest batch is
+appended to ``spill_path`` (JSON lines, a few hundred microseconds per batch) and read back once
+the store answers again, or at the next start after a crash; ``spilled`` counts the rows there::
 
     ledger = Ledger(SqlLedgerStore(db))
     await ledger.start()
@@ -15,10 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
+
+import orjson
 
 logger = logging.getLogger(__name__)
 
@@ -57,8 +66,14 @@ class Ledger:
         batch_size: int = 500,
         interval: float = 0.5,
         close_timeout: float = 20.0,
+        max_buffered: int = 50_000,
+        spill_path: Path | None = None,
     ) -> None:
         self.store = store
+        self.max_buffered = max_buffered
+        self.spill_path = spill_path
+        self.spilled = _count_lines(spill_path)  # rows left by an earlier run are written too
+        self._warned = False
         self.batch_size = batch_size
         self.interval = interval
         self.close_timeout = close_timeout
@@ -73,10 +88,58 @@ class Ledger:
         self._rows.append(row)
         if len(self._rows) >= self.batch_size:
             self._wake.set()
+        if len(self._rows) > self.max_buffered:
+            self._spill()
 
     @property
     def pending(self) -> int:
-        return len(self._rows)
+        return len(self._rows) + self.spilled
+
+    def _spill(self) -> None:
+        if self.spill_path is None:
+            if not self._warned:
+                logger.error("usage ledger: %d rows buffered, no spill file", len(self._rows))
+                self._warned = True
+            return
+        batch, self._rows = self._rows[: self.batch_size], self._rows[self.batch_size :]
+        lines = b"".join(orjson.dumps(dataclasses.asdict(r)) + b"\n" for r in batch)
+        fd = os.open(self.spill_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, lines)
+        finally:
+            os.close(fd)
+        self.spilled += len(batch)
+
+    async def _write_spilled(self) -> bool:
+        """Write the spill file back, then remove it; False (file kept) if the store failed.
+        Rows are written at least once: a crash between the write and the removal repeats them
+        (``request_id`` tells them apart)."""
+        if not self.spilled or self.spill_path is None:
+            return True
+        rows = [
+            UsageRow(**orjson.loads(line)) for line in self.spill_path.read_bytes().splitlines()
+        ]
+        for start in range(0, len(rows), self.batch_size):
+            try:
+                await self.store.write(rows[start : start + self.batch_size])
+            except Exception as err:
+                self.write_failures += 1
+                logger.warning("usage ledger: spilled rows not written yet: %s", err)
+                self._keep(rows[start:])
+                return False
+        self.spill_path.unlink()
+        self.written += len(rows)
+        self.spilled = 0
+        return True
+
+    def _keep(self, rows: list[UsageRow]) -> None:
+        """Rewrite the spill file with the rows still to write."""
+        assert self.spill_path is not None
+        draft = self.spill_path.with_name(self.spill_path.name + ".tmp")
+        draft.write_bytes(b"".join(orjson.dumps(dataclasses.asdict(r)) + b"\n" for r in rows))
+        os.chmod(draft, 0o600)
+        draft.replace(self.spill_path)
+        self.spilled = len(rows)
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run())
@@ -102,7 +165,7 @@ class Ledger:
             # Rows recorded while the write awaited were appended behind the batch.
             del self._rows[: len(batch)]
             self.written += len(batch)
-        return True
+        return await self._write_spilled()
 
     async def close(self) -> None:
         """Stop the writer, then write every buffered row (retrying up to ``close_timeout``)."""
@@ -119,3 +182,9 @@ class Ledger:
                 logger.error("usage ledger closed with %d rows unwritten", len(self._rows))
                 return
             await asyncio.sleep(0.2)
+
+
+def _count_lines(path: Path | None) -> int:
+    if path is None or not path.exists():
+        return 0
+    return path.read_bytes().count(b"\n")

@@ -134,12 +134,12 @@ class SqlLedgerStore:
             statement = statement.where(t.created_at >= query.start)
         if query.end is not None:
             statement = statement.where(t.created_at < query.end)
-        async with self.db.transaction() as conn:
+        async with self.db.read() as conn:
             result = await conn.execute(statement)
             return [_jsonable(row._asdict()) for row in result]
 
     async def count(self) -> int:
-        async with self.db.transaction() as conn:
+        async with self.db.read() as conn:
             return int(
                 (await conn.execute(select(func.count()).select_from(usage_ledger))).scalar_one()
             )

@@ -12,6 +12,8 @@ server shutdown still settles the reservation and records the ledger row.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prometheus_client import Counter
 
 from gateway.accounting.config import AccountingConfig
@@ -42,11 +44,14 @@ class Accounting:
     async def start(self, database: Database | None) -> None:
         """Start the ledger writer on the shared store (no store: no ledger)."""
         if database is not None and self.config.ledger:
+            spill = self.config.ledger_spill_path
             self.ledger = Ledger(
                 SqlLedgerStore(database),
                 batch_size=self.config.ledger_batch_size,
                 interval=self.config.ledger_interval,
                 close_timeout=self.config.ledger_close_timeout,
+                max_buffered=self.config.ledger_max_buffered,
+                spill_path=None if spill is None else Path(spill),
             )
             await self.ledger.start()
 

@@ -44,7 +44,7 @@ class RoutingAdmin:
                 name: {
                     "in_flight": pool.in_flight,
                     "capacity": pool.config.capacity,
-                    "replicas": [replica_status(r) for r in pool.replicas],
+                    "replicas": [{**replica_status(r), "url": r.label} for r in pool.replicas],
                 }
                 for name, pool in table.pools.items()
             },

@@ -2,8 +2,9 @@
 
 Every failure is the same 401 ``invalid_api_key`` whatever the cause (unknown, wrong secret,
 revoked, expired, tenant disabled, malformed), so a caller learns nothing about which keys exist;
-only a *missing* key gets its own message. Tenant keys are checked against the credential cache
-(the warm path: a dict lookup and one HMAC); admin keys, rare, always against the store.
+only a *missing* key gets its own message. Tenant and admin keys are checked against credential
+caches (the warm path: a dict lookup and one HMAC), with the same revocation bound; unknown ids
+are cached apart and their store reads limited by a failure budget (``cache.py``).
 
     auth = Authenticator(AuthStore(db), KeyHasher(secret), AuthConfig())
     await auth.start()
@@ -16,14 +17,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.auth.cache import CredentialCache
 from gateway.auth.config import AuthConfig
 from gateway.auth.credentials import Credential, credential_for
-from gateway.auth.keys import KeyHasher, KeyKind, parse_key
+from gateway.auth.keys import KeyHasher, KeyKind, PresentedKey, parse_key
 from gateway.auth.models import AdminKey, Principal
 from gateway.auth.store import AuthStore
 from gateway.errors import AuthenticationFailed, KeyStoreUnavailable, PermissionDenied
@@ -38,6 +40,7 @@ INVALID_KEY = "Incorrect API key provided."
 REREAD_SECONDS = 1.0
 _NO_HASH = "0" * 64
 ADMIN_ONLY = "This route needs an admin key; tenant keys cannot use it."
+V = TypeVar("V")
 
 
 class Authenticator:
@@ -53,9 +56,8 @@ class Authenticator:
         self.hasher = hasher
         self.config = config
         self.clock = clock
-        self.cache: CredentialCache[Credential] = CredentialCache(
-            self._load, config.cache_seconds, config.cache_max_entries, monotonic
-        )
+        self.cache: CredentialCache[Credential] = self._cache(self._load, monotonic)
+        self.admin_cache: CredentialCache[AdminKey] = self._cache(self._load_admin, monotonic)
         self._used: set[str] = set()
         self._flusher: asyncio.Task[None] | None = None
 
@@ -86,19 +88,23 @@ class Authenticator:
             raise PermissionDenied(ADMIN_ONLY)
         if key is None:
             raise AuthenticationFailed(INVALID_KEY)
-        try:
-            admin = await self.store.admin_key(key.public_id)
-        except (SQLAlchemyError, OSError):
-            raise KeyStoreUnavailable("The key store is unavailable; try again shortly.") from None
+        admin = await self.admin_cache.get(key.public_id)
+        if not self._admin_accepts(key, admin):
+            admin = await self.admin_cache.reread(key.public_id, REREAD_SECONDS)
+            if not self._admin_accepts(key, admin):
+                raise AuthenticationFailed(INVALID_KEY)
+        assert admin is not None
+        return admin
+
+    def _admin_accepts(self, key: PresentedKey, admin: AdminKey | None) -> bool:
         # Hashed whether or not the id exists: the time taken says nothing about which ids do.
         matches = self.hasher.matches(key, admin.secret_hash if admin else _NO_HASH)
-        if admin is None or admin.revoked_at is not None or not matches:
-            raise AuthenticationFailed(INVALID_KEY)
-        return admin
+        return admin is not None and admin.revoked_at is None and matches
 
     def forget(self, key_id: str | None = None) -> None:
         """Drop cached credentials after a local change (other replicas wait out the TTL)."""
         self.cache.invalidate(key_id)
+        self.admin_cache.invalidate(key_id)
 
     async def start(self) -> None:
         self._flusher = asyncio.create_task(self._flush_forever())
@@ -124,6 +130,27 @@ class Authenticator:
         while True:
             await asyncio.sleep(self.config.last_used_flush_seconds)
             await self.flush_last_used()
+
+    def _cache(
+        self, load: Callable[[str], Awaitable[V | None]], monotonic: Callable[[], float]
+    ) -> CredentialCache[V]:
+        c = self.config
+        return CredentialCache(
+            load,
+            c.cache_seconds,
+            c.cache_max_entries,
+            monotonic,
+            max_unknown=c.unknown_cache_max_entries,
+            unknown_rate=c.unknown_key_lookups_per_second,
+            unknown_burst=c.unknown_key_lookups_per_second * 5,
+        )
+
+    async def _load_admin(self, key_id: str) -> AdminKey | None:
+        try:
+            return await self.store.admin_key(key_id)
+        except (SQLAlchemyError, OSError) as err:
+            logger.error("key store lookup failed: %s", type(err).__name__)
+            raise KeyStoreUnavailable("The key store is unavailable; try again shortly.") from None
 
     async def _load(self, key_id: str) -> Credential | None:
         try:

@@ -4,6 +4,7 @@ auth:
   enabled: true                              # false: no keys asked (tests not about auth)
   hash_secret: ${PD_GATEWAY_KEY_HASH_SECRET} # the HMAC secret keys are hashed under
   cache_seconds: 5                           # a revoked key is refused everywhere within this
+  unknown_key_lookups_per_second: 20         # store reads for unknown key ids, then refused
   public_metrics: true                       # /metrics without a key
   admin_api: true                            # serve /admin/ (admin keys only)
 """
@@ -33,6 +34,11 @@ class AuthConfig(StrictModel):
     cache_seconds: float = Field(5.0, gt=0, le=3600)
     """How long a key looked up in the store is trusted: the bound on revocation taking effect."""
     cache_max_entries: int = Field(100_000, ge=1)
+    unknown_cache_max_entries: int = Field(10_000, ge=1)
+    """Unknown key ids remembered (a negative cache), apart from the known keys."""
+    unknown_key_lookups_per_second: float = Field(20.0, gt=0)
+    """The failure budget: store reads that find no such key id, per second (burst: 5 s worth).
+    Spent, unknown ids are refused without reading the store until it refills."""
     last_used_flush_seconds: float = Field(30.0, gt=0)
     public_metrics: bool = True
     admin_api: bool = True

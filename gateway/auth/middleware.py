@@ -2,7 +2,9 @@
 
 Pure ASGI, installed inside the request-id middleware. ``/admin/`` takes admin keys only; every
 other path takes tenant keys and hands the authenticated Principal down with the request (the
-authenticate stage's value, under ``PRINCIPAL_KEY`` in the scope).
+authenticate stage's value, under ``PRINCIPAL_KEY`` in the scope). ``/metrics``, when not public
+(``auth.public_metrics: false``), takes admin keys too: it holds every tenant's series. Paths are
+matched as the router matches them (``root_path`` stripped).
 A refusal is rendered here: exception handlers only see errors raised inside the routes.
 """
 
@@ -42,6 +44,16 @@ def public_paths(config: AuthConfig) -> frozenset[str]:
     return frozenset((*ALWAYS_PUBLIC, *((METRICS_PATH,) if config.public_metrics else ())))
 
 
+def route_path(scope: Scope) -> str:
+    """The path the router matches: ``root_path`` stripped as Starlette's routing strips it, so
+    ``/prefix/admin/...`` under ``root_path=/prefix`` is an admin path here too."""
+    path: str = scope.get("path", "")
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root):
+        return path[len(root) :] or "/"
+    return path
+
+
 def presented_token(scope: Scope) -> str | None:
     """The key from ``Authorization: Bearer <key>`` or, failing that, ``api-key: <key>``."""
     api_key: bytes | None = None
@@ -61,9 +73,11 @@ class AuthMiddleware:
         self.public = public
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan" or (
-            scope["type"] == "http" and scope["path"] in self.public
-        ):
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, send)
+            return
+        path = route_path(scope)
+        if scope["type"] == "http" and path in self.public:
             await self.app(scope, receive, send)
             return
         if scope["type"] != "http":  # no websocket route takes keys: refuse, do not pass
@@ -71,7 +85,8 @@ class AuthMiddleware:
             return
         token = presented_token(scope)
         try:
-            if scope["path"].startswith(ADMIN_PREFIX):
+            # Every tenant's series are in /metrics: when not public, it is an admin route.
+            if path.startswith(ADMIN_PREFIX) or path == METRICS_PATH:
                 await self.authenticator.admin(token)
             else:
                 scope[PRINCIPAL_KEY] = await self.authenticator.tenant(token)

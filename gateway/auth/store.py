@@ -42,12 +42,12 @@ class AuthStore:
         await self._insert(tenants, values, f"tenant {tenant.id!r} already exists")
 
     async def tenant(self, tenant_id: str) -> Tenant | None:
-        async with self.db.transaction() as conn:
+        async with self.db.read() as conn:
             row = (await conn.execute(select(tenants).where(tenants.c.id == tenant_id))).first()
         return None if row is None else _tenant(row)
 
     async def tenants(self) -> list[Tenant]:
-        async with self.db.transaction() as conn:
+        async with self.db.read() as conn:
             rows = await conn.execute(select(tenants).order_by(tenants.c.id))
             return [_tenant(r) for r in rows]
 
@@ -77,7 +77,7 @@ class AuthStore:
         await self._insert(api_keys, values, f"key {key.id!r} already exists")
 
     async def key(self, key_id: str) -> ApiKey | None:
-        async with self.db.transaction() as conn:
+        async with self.db.read() as conn:
             row = (await conn.execute(select(api_keys).where(api_keys.c.id == key_id))).first()
         return None if row is None else _api_key(row)
 
@@ -85,13 +85,13 @@ class AuthStore:
         query = select(api_keys).order_by(api_keys.c.tenant_id, api_keys.c.created_at)
         if tenant_id is not None:
             query = query.where(api_keys.c.tenant_id == tenant_id)
-        async with self.db.transaction() as conn:
+        async with self.db.read() as conn:
             return [_api_key(r) for r in await conn.execute(query)]
 
     async def credential(self, key_id: str) -> tuple[ApiKey, Tenant] | None:
         """A key with its tenant, in one query: what authentication needs."""
         query = select(api_keys, tenants).join(tenants, api_keys.c.tenant_id == tenants.c.id)
-        async with self.db.transaction() as conn:
+        async with self.db.read() as conn:
             row = (await conn.execute(query.where(api_keys.c.id == key_id))).first()
         if row is None:
             return None
@@ -148,12 +148,12 @@ class AuthStore:
         await self._insert(admin_keys, values, f"admin key {key.id!r} already exists")
 
     async def admin_key(self, key_id: str) -> AdminKey | None:
-        async with self.db.transaction() as conn:
+        async with self.db.read() as conn:
             row = (await conn.execute(select(admin_keys).where(admin_keys.c.id == key_id))).first()
         return None if row is None else AdminKey(**row._mapping)
 
     async def admin_keys(self) -> list[AdminKey]:
-        async with self.db.transaction() as conn:
+        async with self.db.read() as conn:
             rows = await conn.execute(select(admin_keys).order_by(admin_keys.c.created_at))
             return [AdminKey(**r._mapping) for r in rows]
 

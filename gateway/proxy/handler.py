@@ -184,7 +184,7 @@ class ProxyEndpoint:
         async def send_via(pool: Pool, replica: Replica, model: str | None) -> UpstreamResponse:
             headers = _upstream_headers(scope, arrival, pool)
             body = request.with_model(model)
-            with attempts.sending(replica.url) as attempt:  # one client span per attempt
+            with attempts.sending(replica.label) as attempt:  # one client span per attempt
                 headers.extend(attempt.headers)  # its W3C traceparent
                 response = await pool.client.send(replica.url + self.path, headers, body)
                 return attempt.answered(response)

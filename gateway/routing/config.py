@@ -141,6 +141,31 @@ def model_pool_errors(
     return errors
 
 
+# Client headers a pool may never be told to forward: the caller's gateway credentials, its
+# cookies, the gateway's own routing (host, forwarding) and hop-by-hop headers.
+NEVER_FORWARDED = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "api-key",
+        "cookie",
+        "host",
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "content-length",
+        "te",
+        "trailer",
+        "upgrade",
+        "forwarded",
+        "x-forwarded-for",
+        "x-forwarded-host",
+        "x-forwarded-proto",
+        "x-real-ip",
+    }
+)
+
+
 class HealthCheck(_Strict):
     path: str = "/v1/models"
     interval: float = Field(5.0, gt=0)
@@ -163,7 +188,14 @@ class PoolConfig(_Strict):
     @field_validator("forward_headers")
     @classmethod
     def _lower_case(cls, names: frozenset[str]) -> frozenset[str]:
-        return frozenset(n.lower() for n in names)
+        lowered = frozenset(n.lower() for n in names)
+        refused = sorted(lowered & NEVER_FORWARDED)
+        if refused:
+            raise ValueError(
+                f"{', '.join(refused)} cannot be forwarded: credentials, cookies and connection "
+                "headers of one client must not reach a shared upstream"
+            )
+        return lowered
 
     @field_validator("urls")
     @classmethod

@@ -147,7 +147,7 @@ class Dispatcher:
             ) from None
         replica = pool.take(tried)
         why = reason if skipped is None else f"{reason}+failover_{skipped}"
-        trail.append(RouteFacts(variant, pool.name, replica.url, why))
+        trail.append(RouteFacts(variant, pool.name, replica.label, why))  # credentials redacted
         return pool, replica
 
 

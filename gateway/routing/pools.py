@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterator
 from dataclasses import dataclass
 
 from gateway.errors import NoHealthyUpstream
+from gateway.redact import redact_url
 from gateway.routing.breaker import BreakerState, CircuitBreaker
 from gateway.routing.config import PoolConfig
 from gateway.upstream.client import UpstreamClient
@@ -37,6 +38,11 @@ class Replica:
     last_error: str | None = None
     last_failure: str | None = None
     """Why the breaker last counted a failure (for /readyz and logs)."""
+
+    @property
+    def label(self) -> str:
+        """The URL as shown anywhere (logs, metrics, spans, admin views): credentials redacted."""
+        return redact_url(self.url)
 
     @property
     def available(self) -> bool:
@@ -150,7 +156,7 @@ class Pool:
             extra={
                 "fields": {
                     "pool": self.name,
-                    "replica": replica.url,
+                    "replica": replica.label,
                     "breaker": state,
                     "reason": replica.last_failure,
                 }
@@ -161,7 +167,7 @@ class Pool:
         if replica.healthy:
             logger.warning(
                 "replica left rotation",
-                extra={"fields": {"pool": self.name, "replica": replica.url, "reason": reason}},
+                extra={"fields": {"pool": self.name, "replica": replica.label, "reason": reason}},
             )
         replica.healthy = False
         replica.last_error = reason
@@ -170,7 +176,7 @@ class Pool:
         if not replica.healthy:
             logger.info(
                 "replica back in rotation",
-                extra={"fields": {"pool": self.name, "replica": replica.url}},
+                extra={"fields": {"pool": self.name, "replica": replica.label}},
             )
         replica.healthy = True
         replica.last_error = None

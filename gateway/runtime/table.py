@@ -141,7 +141,7 @@ def publish_weights(routers: Iterable[ModelRouter], metrics: RoutingMetrics) -> 
 def replica_status(replica: Replica) -> dict[str, Any]:
     """A replica as /readyz shows it."""
     return {
-        "url": replica.url,
+        "url": replica.label,  # user:pass@ redacted
         "healthy": replica.healthy,
         "error": replica.last_error,
         "breaker": replica.breaker.state.value,
@@ -157,7 +157,8 @@ def publish_pool_state(
     for pool in pools:
         metrics.pool_healthy.labels(pool.name).set(1 if pool.healthy else 0)
         for replica in pool.replicas:
-            metrics.replica_healthy.labels(pool.name, replica.url).set(1 if replica.healthy else 0)
-            metrics.replica_outstanding.labels(pool.name, replica.url).set(replica.outstanding)
+            label = replica.label  # user:pass@ redacted
+            metrics.replica_healthy.labels(pool.name, label).set(1 if replica.healthy else 0)
+            metrics.replica_outstanding.labels(pool.name, label).set(replica.outstanding)
             is_open = replica.breaker.state is not BreakerState.CLOSED
-            routing_metrics.breaker_open.labels(pool.name, replica.url).set(1 if is_open else 0)
+            routing_metrics.breaker_open.labels(pool.name, label).set(1 if is_open else 0)

@@ -25,6 +25,13 @@ class StorageConfig(StrictModel):
     migrate_on_start: bool = True
     """Bring the schema up to date when the gateway starts (``pd-gateway db migrate`` otherwise)."""
     pool_size: int = Field(5, ge=1, le=100)
+    """PostgreSQL: connections kept open per gateway process."""
+    max_overflow: int | None = Field(None, ge=0, le=100)
+    """PostgreSQL: connections opened beyond ``pool_size`` under load (default: ``pool_size``)."""
+    pool_timeout: float = Field(10.0, gt=0)
+    """PostgreSQL: seconds to wait for a free connection before the store counts as unavailable."""
+    pool_recycle: float = Field(1800.0, gt=0)
+    """PostgreSQL: seconds after which a connection is replaced (server-side idle limits)."""
     connect_timeout: float = Field(10.0, gt=0)
 
     @field_validator("url")

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.storage import migrations
 from gateway.storage.config import StorageConfig
-from gateway.storage.engine import create_engine
+from gateway.storage.engine import READ_ONLY, create_engine
 
 
 class Database:
@@ -35,6 +35,15 @@ class Database:
         """A connection inside a transaction, committed when the block ends without error."""
         async with self.engine.begin() as conn:
             yield conn
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncConnection]:
+        """A connection inside a transaction that only reads: on SQLite a deferred ``BEGIN``,
+        which takes no write lock (``transaction`` begins IMMEDIATE to queue writers)."""
+        async with self.engine.connect() as conn:
+            await conn.execution_options(**{READ_ONLY: True})
+            async with conn.begin():
+                yield conn
 
     async def migrate(
         self,

@@ -2,12 +2,15 @@
 
 SQLite: WAL (readers never block the writer), a busy timeout, foreign keys on, and transactions
 that begin with ``BEGIN IMMEDIATE`` so that DDL is transactional and two writers queue on the
-busy timeout instead of failing with SQLITE_BUSY when a read lock cannot be upgraded.
-PostgreSQL: asyncpg, a small pool, pre-ping so a restarted server costs no failed request.
+busy timeout instead of failing with SQLITE_BUSY when a read lock cannot be upgraded. Reads
+(``Database.read``) begin with a plain ``BEGIN``: they take no write lock, so key lookups never
+queue behind the ledger's writes. The file is created 0600: it holds key hashes and usage.
+PostgreSQL: asyncpg, a configured pool, pre-ping so a restarted server costs no failed request.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -20,6 +23,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from gateway.storage.config import StorageConfig
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+READ_ONLY = "pd_gateway_read_only"
+"""Execution option marking a connection whose transaction only reads (see ``Database.read``)."""
 
 
 def async_url(config: StorageConfig) -> URL:
@@ -37,7 +42,9 @@ def create_engine(config: StorageConfig) -> AsyncEngine:
     return create_async_engine(
         url,
         pool_size=config.pool_size,
-        max_overflow=config.pool_size,
+        max_overflow=config.pool_size if config.max_overflow is None else config.max_overflow,
+        pool_timeout=config.pool_timeout,
+        pool_recycle=config.pool_recycle,
         pool_pre_ping=True,
         connect_args={"timeout": config.connect_timeout},
     )
@@ -45,7 +52,7 @@ def create_engine(config: StorageConfig) -> AsyncEngine:
 
 def _sqlite_engine(url: URL, config: StorageConfig) -> AsyncEngine:
     assert url.database is not None
-    Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    create_private_file(Path(url.database))
     engine = create_async_engine(url, connect_args={"timeout": config.connect_timeout})
 
     @event.listens_for(engine.sync_engine, "connect")
@@ -63,9 +70,22 @@ def _sqlite_engine(url: URL, config: StorageConfig) -> AsyncEngine:
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        read_only = connection.get_execution_options().get(READ_ONLY, False)
+        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
     return engine
+
+
+def create_private_file(path: Path) -> None:
+    """Create ``path`` empty and 0600 unless it exists, whatever the umask; SQLite gives its
+    -wal and -shm files the database file's mode."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    os.fchmod(fd, 0o600)  # O_CREAT's mode is masked by the umask; never wider than 0600 anyway
+    os.close(fd)
 
 
 def _switch_to_wal(cursor: Any, attempts: int = 50) -> None:

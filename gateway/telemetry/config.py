@@ -7,7 +7,8 @@ variables, and to the SDK's defaults after that::
       enabled: true
       protocol: grpc                      # else OTEL_EXPORTER_OTLP[_TRACES]_PROTOCOL
       endpoint: http://collector:4317     # else OTEL_EXPORTER_OTLP[_TRACES]_ENDPOINT
-      sampling_ratio: 0.05                # else OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG
+      sampling_ratio: 0.05                # else OTEL_TRACES_SAMPLER_ARG, else 1.0
+      trusted_parent_networks: [10.0.0.0/8]  # whose traceparent sampled flag is followed
 
 ``OTEL_SDK_DISABLED=true`` or ``OTEL_TRACES_EXPORTER=none`` turn tracing off whatever the file says.
 Defined here, not in ``gateway.config``, which imports it: one section, one owner.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, IPvAnyNetwork
 
 from configkit import StrictModel
 
@@ -31,7 +32,15 @@ class TracingConfig(StrictModel):
     """The collector's base URL (``/v1/traces`` is appended for http/protobuf), as in
     ``OTEL_EXPORTER_OTLP_ENDPOINT``."""
     sampling_ratio: float | None = Field(None, ge=0.0, le=1.0)
-    """Head sampling of new traces; an incoming ``traceparent``'s decision is always followed."""
+    """Head sampling of new traces, and of traces from untrusted callers (else
+    ``OTEL_TRACES_SAMPLER_ARG``, else 1.0)."""
+    trusted_parent_networks: tuple[IPvAnyNetwork, ...] = ()
+    """Callers (by client address) whose ``traceparent`` sampled flag is followed. Anyone else's
+    trace id is kept but the gateway's own ratio decides (gateway/telemetry/sampling.py)."""
+    max_attributes: int = Field(64, ge=1)
+    """Span attribute limits: attributes (and events, links) per span ..."""
+    max_attribute_length: int = Field(1024, ge=16)
+    """... and characters per string attribute value, so no client value grows a span."""
     service_name: str | None = None
     """Else ``OTEL_SERVICE_NAME``, else ``pd-gateway``."""
     provider_name: str = "vllm"

@@ -12,14 +12,14 @@ from dataclasses import dataclass
 
 from opentelemetry.propagators.textmap import TextMapPropagator
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
-from opentelemetry.sdk.trace.sampling import ParentBased, Sampler, TraceIdRatioBased
 from opentelemetry.trace import NoOpTracer, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from gateway.telemetry.config import TracingConfig
 from gateway.telemetry.export import resolve_protocol, span_exporter
+from gateway.telemetry.sampling import EdgeSampler
 
 DEFAULT_SERVICE_NAME = "pd-gateway"
 INSTRUMENTATION_NAME = "pd-gateway"
@@ -65,7 +65,11 @@ def build_tracing(config: TracingConfig, env: Mapping[str, str]) -> Tracing:
     propagator = TraceContextTextMapPropagator()
     if not tracing_enabled(config, env):
         return Tracing(NoOpTracer(), propagator, config)
-    provider = TracerProvider(resource=_resource(config, env), sampler=_sampler(config))
+    provider = TracerProvider(
+        resource=_resource(config, env),
+        sampler=EdgeSampler(sampling_ratio(config, env)),
+        span_limits=_limits(config),
+    )
     exporter = span_exporter(resolve_protocol(config.protocol, env), config.endpoint)
     provider.add_span_processor(BatchSpanProcessor(exporter))
     tracer = provider.get_tracer(INSTRUMENTATION_NAME)
@@ -79,8 +83,23 @@ def _resource(config: TracingConfig, env: Mapping[str, str]) -> Resource:
     return Resource.create({SERVICE_NAME: name})
 
 
-def _sampler(config: TracingConfig) -> Sampler | None:
-    """None lets the SDK read OTEL_TRACES_SAMPLER (default: parent-based, always on)."""
-    if config.sampling_ratio is None:
-        return None
-    return ParentBased(TraceIdRatioBased(config.sampling_ratio))
+def sampling_ratio(config: TracingConfig, env: Mapping[str, str]) -> float:
+    """The config's ratio, else ``OTEL_TRACES_SAMPLER_ARG``, else 1.0 (the SDK's default)."""
+    if config.sampling_ratio is not None:
+        return config.sampling_ratio
+    try:
+        return min(1.0, max(0.0, float(env.get("OTEL_TRACES_SAMPLER_ARG", "1.0"))))
+    except ValueError:
+        return 1.0
+
+
+def _limits(config: TracingConfig) -> SpanLimits:
+    n = config.max_attributes
+    return SpanLimits(
+        max_attributes=n,
+        max_events=n,
+        max_links=n,
+        max_event_attributes=n,
+        max_link_attributes=n,
+        max_attribute_length=config.max_attribute_length,
+    )

@@ -8,6 +8,7 @@ upstream attempt's client span is its child), and reads the request's facts from
 from __future__ import annotations
 
 from collections.abc import Iterable
+from ipaddress import ip_address
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -19,6 +20,7 @@ from starlette.types import ASGIApp
 from gateway.asgi import Receive, Scope, Send
 from gateway.telemetry import attributes as attr
 from gateway.telemetry.provider import Tracing
+from gateway.telemetry.sampling import mark_untrusted
 from gateway.wire.outcome import Ending, Outcome, arrival_of
 
 _TRACE_HEADERS = (b"traceparent", b"tracestate")
@@ -40,11 +42,26 @@ _GETTER = _ScopeHeaders()
 
 
 def incoming_context(scope: Scope, tracing: Tracing) -> Context | None:
-    """The caller's trace context, when it sent one; most requests do not, and pay one scan."""
+    """The caller's trace context, when it sent one; most requests do not, and pay one scan.
+    A caller outside the trusted networks has its context marked: its sampled flag is not
+    followed (gateway/telemetry/sampling.py)."""
     for key, _ in scope["headers"]:
         if key in _TRACE_HEADERS:
-            return tracing.propagator.extract(scope, getter=_GETTER)
+            context = tracing.propagator.extract(scope, getter=_GETTER)
+            return context if trusted(scope, tracing) else mark_untrusted(context)
     return None
+
+
+def trusted(scope: Scope, tracing: Tracing) -> bool:
+    networks = tracing.config.trusted_parent_networks
+    client = scope.get("client")
+    if not networks or not client:
+        return False
+    try:
+        address = ip_address(client[0])
+    except ValueError:
+        return False
+    return any(address in network for network in networks)
 
 
 class ServerSpanMiddleware:

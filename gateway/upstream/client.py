@@ -24,7 +24,9 @@ from gateway.upstream.config import Timeouts
 
 Headers = Sequence[tuple[bytes, bytes]]
 
-# Hop-by-hop headers and those the gateway sets itself are never relayed to the client.
+# Never relayed to the client: hop-by-hop headers (RFC 9110 7.6.1, plus any the upstream's own
+# ``Connection`` header names), those the gateway sets itself, and cookies: one upstream session
+# serves every tenant, so a cookie set upstream is nobody's to receive.
 _NOT_RELAYED = frozenset(
     {
         b"connection",
@@ -36,10 +38,22 @@ _NOT_RELAYED = frozenset(
         b"x-request-id",
         b"upgrade",
         b"proxy-connection",
+        b"proxy-authenticate",
         b"te",
         b"trailer",
+        b"set-cookie",
+        b"set-cookie2",
     }
 )
+
+
+def relayable(raw_headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The upstream's response headers (lower-cased) that may pass to the client."""
+    dropped = set(_NOT_RELAYED)
+    for name, value in raw_headers:
+        if name.lower() == b"connection":
+            dropped.update(token.strip().lower() for token in value.split(b","))
+    return [(k.lower(), v) for k, v in raw_headers if k.lower() not in dropped]
 
 
 class UpstreamConnectError(UpstreamError):
@@ -189,9 +203,7 @@ class _AiohttpResponse:
         self._response.close()
 
     def relay_headers(self) -> list[tuple[bytes, bytes]]:
-        return [
-            (k.lower(), v) for k, v in self._response.raw_headers if k.lower() not in _NOT_RELAYED
-        ]
+        return relayable(self._response.raw_headers)
 
     async def chunks(self) -> AsyncIterator[bytes]:
         content = self._response.content

@@ -165,7 +165,8 @@ def _choices(payload: dict[str, Any]) -> int:
         value = payload.get(name)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        value = _integral(value)
+        if value is None or value < 1:
             raise InvalidParameter(f"`{name}` must be a positive integer.", param=name)
         if value > _MAX_CHOICES:
             raise InvalidParameter(
@@ -199,7 +200,8 @@ def _max_tokens(payload: dict[str, Any], limit: int) -> int | None:
         value = payload.get(name)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        value = _integral(value)
+        if value is None or value < 1:
             raise InvalidParameter(f"`{name}` must be a positive integer.", param=name)
         if value > limit:
             raise InvalidParameter(
@@ -207,3 +209,15 @@ def _max_tokens(payload: dict[str, Any], limit: int) -> int | None:
             )
         found = value
     return found
+
+
+def _integral(value: object) -> int | None:
+    """An integer, or a float with no fraction (JSON Schema counts ``1.0`` as an integer, and so
+    does vLLM's validation); None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None

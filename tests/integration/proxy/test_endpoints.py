@@ -130,3 +130,16 @@ def _eventually(check, timeout: float = 5.0) -> None:  # type: ignore[no-untyped
             return
         time.sleep(0.05)
     raise AssertionError("condition not met in time")
+
+
+def test_public_readyz_names_no_replica(tmp_path: Path) -> None:
+    with start_sim("--model", MODEL, "--no-delay") as sim:
+        secret_url = sim.url.replace("http://", "http://ops:hunter2secret@")
+        with start_gateway(gateway_config(secret_url), tmp_path) as gateway:
+            body = httpx.get(gateway.url + "/readyz").text
+            assert "hunter2secret" not in body and "127.0.0.1" not in body
+            metrics = httpx.get(gateway.url + "/metrics").text.splitlines()
+            # The breaker gauge is set in gateway/routing/table.py (the pipeline's): not yet.
+            replica_lines = [m for m in metrics if "replica=" in m and "breaker" not in m]
+            assert replica_lines and not any("hunter2secret" in m for m in replica_lines)
+            assert any('replica="http://***@127.0.0.1' in m for m in replica_lines)

@@ -84,3 +84,23 @@ def test_check_config_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     )
     assert main(["check-config", str(bad)]) == 1
     assert "pools.pd.colour" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["Authorization", "cookie", "Host", "api-key", "x-forwarded-for"])
+def test_sensitive_headers_cannot_be_forwarded(name: str) -> None:
+    document = {
+        "pools": {"p": {"urls": ["http://127.0.0.1:1"], "forward_headers": ["x-ok", name]}},
+        "models": {"m": {"pool": "p"}},
+    }
+    with pytest.raises(ConfigError, match=f"pools.p.forward_headers: .*{name.lower()} cannot be"):
+        parse_config(document, env={})
+
+
+def test_server_limits_are_strict_and_bounded() -> None:
+    base = {"pools": {"p": {"urls": ["http://127.0.0.1:1"]}}, "models": {"m": {"pool": "p"}}}
+    server = parse_config(base, env={}).server
+    assert (server.max_header_bytes, server.max_headers, server.header_timeout) == (32768, 100, 10)
+    with pytest.raises(ConfigError, match=r"server\.max_header_bytes"):
+        parse_config({**base, "server": {"max_header_bytes": 10}}, env={})
+    with pytest.raises(ConfigError, match=r"server\.header_timout"):
+        parse_config({**base, "server": {"header_timout": 1}}, env={})

@@ -41,6 +41,11 @@ def test_shape_limits_come_before_any_expensive_work() -> None:
     )
 
 
+def test_integral_floats_are_integers_as_json_schema_says() -> None:
+    req = parse_request(Operation.CHAT, body(**CHAT, max_tokens=7.0, n=2.0), 100)
+    assert (req.max_tokens, req.choices) == (7, 2)
+
+
 def test_reservation_inputs_follow_vllm() -> None:
     req = parse_request(Operation.CHAT, body(**CHAT, max_tokens=500, max_completion_tokens=7), 1000)
     assert req.max_tokens == 7  # vLLM caps the output with max_completion_tokens when given

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from gateway.accounting.ledger import Ledger, UsageRow
 from gateway.accounting.ledger_sql import SqlLedgerStore, UsageQuery
@@ -85,3 +86,40 @@ async def test_report_groups_by_day_and_model_and_filters(migrated: Database) ->
         UsageQuery(group_by=("key_id",), start=T0, end=T0 + DAY, tenant_id="t1")
     )
     assert [(r["key_id"], r["requests"]) for r in in_range] == [("k1", 3), ("k2", 1)]
+
+
+async def test_memory_stays_bounded_while_the_store_is_down_and_no_row_is_lost(
+    database: Database, tmp_path: Path
+) -> None:
+    store = SqlLedgerStore(database)  # no schema yet: every write fails
+    spill = tmp_path / "ledger.spill"
+    ledger = Ledger(store, batch_size=10, interval=0.02, max_buffered=50, spill_path=spill)
+    await ledger.start()
+    for i in range(1000):
+        ledger.record(row(i))
+        assert len(ledger._rows) <= 50
+    await asyncio.sleep(0.05)
+    assert ledger.pending == 1000 and ledger.spilled >= 950
+    assert spill.stat().st_mode & 0o777 == 0o600
+    await database.migrate(all_migrations())
+    await ledger.close()
+    assert await store.count() == 1000
+    assert not spill.exists() and ledger.pending == 0
+
+
+async def test_rows_spilled_by_an_earlier_run_are_written_at_the_next(
+    database: Database, tmp_path: Path
+) -> None:
+    spill = tmp_path / "ledger.spill"
+    first = Ledger(SqlLedgerStore(database), batch_size=10, max_buffered=5, spill_path=spill)
+    for i in range(30):  # the process dies here: no close
+        first.record(row(i))
+    spilled = first.spilled
+    assert spilled >= 25 and spilled + len(first._rows) == 30
+    await database.migrate(all_migrations())
+    store = SqlLedgerStore(database)
+    second = Ledger(store, batch_size=10, spill_path=spill)
+    assert second.pending == spilled
+    await second.start()
+    await second.close()
+    assert await store.count() == spilled

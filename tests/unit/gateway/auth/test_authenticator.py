@@ -166,7 +166,9 @@ async def test_rotation_grace_period(auth: Authenticator, manager: KeyManager, w
     assert (await auth.tenant(new)).key_id == key_id
 
 
-async def test_admin_routes_take_admin_keys_only(auth: Authenticator, manager: KeyManager) -> None:
+async def test_admin_routes_take_admin_keys_only(
+    auth: Authenticator, manager: KeyManager, mono: Clock
+) -> None:
     token = await _tenant_and_key(manager)
     admin = await manager.create_admin_key("ops")
     assert (await auth.admin(admin.token)).id == admin.key.id
@@ -174,9 +176,49 @@ async def test_admin_routes_take_admin_keys_only(auth: Authenticator, manager: K
         await auth.admin(token)
     with pytest.raises(AuthenticationFailed):
         await auth.admin(token[:-1] + ("A" if token[-1] != "A" else "B"))
-    await manager.revoke_admin_key(admin.key.id)
+    await manager.revoke_admin_key(admin.key.id)  # by the CLI: this replica learns within 5 s
+    mono.now += 5
     with pytest.raises(AuthenticationFailed):
         await auth.admin(admin.token)
+
+
+async def test_admin_keys_are_cached_like_tenant_keys(
+    auth: Authenticator, manager: KeyManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admin = await manager.create_admin_key("ops")
+    reads = 0
+    real = auth.store.admin_key
+
+    async def counting(key_id: str):  # type: ignore[no-untyped-def]
+        nonlocal reads
+        reads += 1
+        return await real(key_id)
+
+    monkeypatch.setattr(auth.store, "admin_key", counting)
+    for _ in range(10):
+        assert (await auth.admin(admin.token)).id == admin.key.id
+    assert reads == 1
+
+
+async def test_unknown_key_ids_spend_a_failure_budget_then_are_refused_unread(
+    store: CountingStore, manager: KeyManager, wall: Clock, mono: Clock
+) -> None:
+    import asyncio
+
+    token = await _tenant_and_key(manager)
+    config = AuthConfig(cache_seconds=5, unknown_key_lookups_per_second=2)  # burst 10
+    auth = Authenticator(store, HASHER, config, wall, mono)
+    prefix = token.rsplit("-", 1)[0]
+    public_id = prefix.rsplit("-", 1)[1]
+
+    async def forged(i: int) -> None:  # well-formed ids nobody issued
+        with pytest.raises(AuthenticationFailed):
+            await auth.tenant(token.replace(public_id, f"{i:0{len(public_id)}d}"))
+
+    await asyncio.gather(*(forged(i) for i in range(200)))
+    assert store.reads < 200 - 100  # the budget's 10, then the slow lane's short queue
+    assert auth.cache.refused > 100
+    assert (await auth.tenant(token)).tenant_id == "acme"  # a real key still gets through
 
 
 async def test_last_use_is_flushed_in_batches(

@@ -81,6 +81,7 @@ async def test_invalidate_and_the_size_bound() -> None:
     cache.invalidate("a")
     await cache.get("a")
     assert source.reads == 2
+    source.values.update(b="vb", c="vc", d="vd")  # known keys: unknown ones are bounded apart
     for key in ("b", "c", "d"):
         await cache.get(key)
     assert len(cache) <= 3
@@ -97,3 +98,59 @@ async def test_reread_skips_young_entries() -> None:
     clock.now += 1.0
     assert await cache.reread("a", older_than=1.0) == "v2"
     assert source.reads == 2
+
+
+async def test_unknown_ids_are_bounded_apart_and_never_evict_known_ones() -> None:
+    clock, source = Clock(), Source()
+    cache = CredentialCache(
+        source.load, ttl=5.0, max_entries=10, clock=clock, max_unknown=3, unknown_burst=1000
+    )
+    assert await cache.get("a") == "v1"
+    for i in range(100):
+        assert await cache.get(f"nope{i}") is None
+    assert len(cache) == 1 + 3
+    reads = source.reads
+    assert await cache.get("a") == "v1"
+    assert await cache.get("nope99") is None
+    assert source.reads == reads  # both still cached
+
+
+async def test_a_spent_failure_budget_sends_unknown_ids_through_a_short_slow_lane() -> None:
+    clock, source = Clock(), Source()
+    source.gate = asyncio.Event()
+    cache = CredentialCache(
+        source.load,
+        ttl=5.0,
+        max_entries=10,
+        clock=clock,
+        unknown_rate=1.0,
+        unknown_burst=2.0,
+        slow_lane_queue=3,
+    )
+    flood = [asyncio.create_task(cache.get(f"nope{i}")) for i in range(20)]
+    await asyncio.sleep(0.01)
+    assert source.reads == 2 + 1  # two on the budget, one in the slow lane, the others queued
+    assert cache.refused == 20 - 2 - 3
+    source.gate.set()
+    assert await asyncio.gather(*flood) == [None] * 20
+    assert source.reads == 2 + 3
+
+
+async def test_real_keys_give_their_token_back_and_cached_keys_never_wait() -> None:
+    clock, source = Clock(), Source()
+    cache = CredentialCache(
+        source.load,
+        ttl=5.0,
+        max_entries=10,
+        clock=clock,
+        unknown_rate=0.001,
+        unknown_burst=1.0,
+        slow_lane_queue=0,
+    )
+    assert await cache.get("a") == "v1"  # the token came back
+    assert await cache.get("nope") is None  # spent it
+    assert await cache.get("nope2") is None  # refused unread
+    assert (source.reads, cache.refused) == (2, 1)
+    clock.now += 10
+    assert await cache.get("a") == "v1"  # a stale known entry is reread whatever the budget
+    assert source.reads == 3

@@ -103,3 +103,30 @@ async def test_public_paths_and_lifespan_pass_websockets_do_not(setup: Any) -> N
     await middleware({"type": "websocket", "path": "/healthz", "headers": []}, None, sent)
     assert sent.messages == [{"type": "websocket.close", "code": 1008}]
     assert len(inner.seen) == 5
+
+
+async def test_private_metrics_take_admin_keys_not_tenant_keys(setup: Any) -> None:
+    base, inner, tenant, admin = setup
+    private = AuthMiddleware(
+        inner,
+        authenticator=base.authenticator,
+        public=public_paths(AuthConfig(public_metrics=False)),
+    )
+    refused = Sent()
+    await private(_http("/metrics", (b"authorization", f"Bearer {tenant}".encode())), None, refused)
+    assert refused.messages[0]["status"] == 403
+    await private(_http("/metrics", (b"authorization", f"Bearer {admin}".encode())), None, Sent())
+    assert [s["path"] for s in inner.seen] == ["/metrics"]
+
+
+async def test_root_path_is_stripped_as_the_router_strips_it(setup: Any) -> None:
+    middleware, inner, tenant, _ = setup
+    scope = _http("/gw/admin/tenants", (b"authorization", f"Bearer {tenant}".encode()))
+    scope["root_path"] = "/gw"
+    sent = Sent()
+    await middleware(scope, None, sent)
+    assert sent.messages[0]["status"] == 403  # an admin route: a tenant key may not pass
+    public = _http("/gw/healthz")
+    public["root_path"] = "/gw"
+    await middleware(public, None, Sent())
+    assert inner.seen == [public]

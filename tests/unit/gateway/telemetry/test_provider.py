@@ -6,12 +6,12 @@ import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 from opentelemetry.sdk.trace import Tracer as SdkTracer
-from opentelemetry.sdk.trace.sampling import ParentBased
 from opentelemetry.trace import NoOpTracer
 
 from gateway.config import parse_config
 from gateway.telemetry import TracingConfig, build_tracing
 from gateway.telemetry.export import resolve_protocol, span_exporter
+from gateway.telemetry.sampling import EdgeSampler
 
 MINIMAL = {"pools": {"p": {"urls": ["http://127.0.0.1:1"]}}, "models": {"m": {"pool": "p"}}}
 
@@ -39,7 +39,7 @@ def test_enabled_tracing_builds_an_sdk_tracer_with_the_configured_service_and_ra
         assert tracing.provider is not None
         assert tracing.provider.resource.attributes["service.name"] == "from-env"
         sampler = tracing.provider.sampler
-        assert isinstance(sampler, ParentBased)
+        assert isinstance(sampler, EdgeSampler)
         assert "0.25" in sampler.get_description()
     finally:
         tracing.shutdown()
