@@ -64,11 +64,17 @@ class Accelerator(Strict):
     kind: Literal["gpu", "cpu"] = "gpu"
     type: str | None = None
     """Ray's accelerator type for GPU replicas, for example ``L4`` on g6 instances."""
+    gpus: int | None = Field(None, ge=1)
+    """Every engine on one machine with this many GPUs (the local GPU profile): the replicas'
+    ``gpu_fraction`` shares must pack onto them. Unset: replicas spread over nodes, one GPU each
+    unless ``gpu_fraction`` says otherwise. ``pd-serve local up --gpu`` sets it from the machine."""
 
     @model_validator(mode="after")
     def _type_only_for_gpu(self) -> Accelerator:
         if self.kind == "cpu" and self.type is not None:
             raise ValueError("type: an accelerator type needs kind: gpu")
+        if self.kind == "cpu" and self.gpus is not None:
+            raise ValueError("gpus: a GPU count needs kind: gpu")
         return self
 
 
@@ -130,6 +136,12 @@ class Deployment(Scaling):
     """vLLM engine arguments beyond those the config names itself (``enforce_eager``, ...)."""
     env: dict[str, str] = {}
     """Environment of this deployment's replicas, over the config's top-level ``env``."""
+    gpu_fraction: float | None = Field(None, gt=0, le=1)
+    """The share of one GPU each replica takes (a Ray placement bundle ``{GPU: f, CPU: 1}``),
+    for engines sharing a GPU on one machine; unset: one whole GPU (see serve_app/gpu.py)."""
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    """This deployment's vLLM memory share of the whole GPU, over ``model.gpu_memory_utilization``;
+    at most ``gpu_fraction`` where one is set."""
 
 
 class PDSide(Deployment):
@@ -234,7 +246,11 @@ def format_validation_error(err: ValidationError) -> str:
 def parse_serving_config(document: Any, env: Mapping[str, str] | None = None) -> ServingConfig:
     if not isinstance(document, dict):
         raise ConfigError("the serving config must be a mapping at the top level")
-    data = interpolate_env(document, os.environ if env is None else env)
+    return validate_document(interpolate_env(document, os.environ if env is None else env))
+
+
+def validate_document(data: dict[str, Any]) -> ServingConfig:
+    """Validate an already interpolated document; raises :class:`ConfigError`."""
     try:
         return ServingConfig.model_validate(data)
     except ValidationError as err:
