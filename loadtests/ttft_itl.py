@@ -28,7 +28,7 @@ from pathlib import Path
 
 import aiohttp
 
-# About one token per word with the tiny model's byte-level BPE (trained on Python's sources).
+# About two tokens per word with the tiny model's byte-level BPE (trained on Python's sources).
 _WORDS = [
     "the",
     "quick",
@@ -48,7 +48,7 @@ _WORDS = [
 
 
 def prompt_of(tokens: int) -> str:
-    words = [_WORDS[i % len(_WORDS)] for i in range(max(1, tokens - 8))]
+    words = [_WORDS[i % len(_WORDS)] for i in range(max(1, (tokens - 16) // 2))]
     return f"{uuid.uuid4().hex} " + " ".join(words)
 
 

@@ -64,6 +64,6 @@ stamp "routing checked"
 stamp "doctor done"
 "$py" loadtests/ttft_itl.py --base-url "http://127.0.0.1:$port/v1" --api-key "$key" \
   --model tiny-pd --model tiny-colocated --prompt-tokens 64 --prompt-tokens 1536 \
-  --concurrency 1 --concurrency 8 --requests 32 --max-tokens 128 --json "$out/ttft_itl.json" \
+  --concurrency 1 --concurrency 8 --requests 24 --max-tokens 128 --json "$out/ttft_itl.json" \
   2>&1 | tee "$out/ttft_itl.txt"
 stamp "measured"
