@@ -156,8 +156,8 @@ def test_replicas_and_autoscaling_bounds_count_towards_the_fit() -> None:
 def test_memory_share_above_the_fraction_is_refused() -> None:
     doc = gpu_document()
     doc["pd"]["decode"].update(gpu_fraction=0.3, gpu_memory_utilization=0.5)
-    assert (
-        "pd.decode.gpu_memory_utilization: 0.5 is more than its gpu_fraction 0.3" in error_of(doc)
+    assert "pd.decode.gpu_memory_utilization: 0.5 is more than its gpu_fraction 0.3" in error_of(
+        doc
     )
 
 
@@ -233,7 +233,8 @@ def _fake_nvidia_smi(folder: Path, listing: str) -> dict[str, str]:
 def test_detect_gpus_counts_nvidia_smis_listing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    env = _fake_nvidia_smi(tmp_path, "GPU 0: NVIDIA H200 (UUID: a)\\nGPU 1: NVIDIA H200 (UUID: b)\\n")
+    listing = "GPU 0: NVIDIA H200 (UUID: a)\\nGPU 1: NVIDIA H200 (UUID: b)\\n"
+    env = _fake_nvidia_smi(tmp_path, listing)
     monkeypatch.setenv("PATH", env["PATH"])
     assert detect_gpus({}) == 2
 
@@ -250,7 +251,7 @@ def test_local_profile_on_a_machine_without_gpus_says_so(
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     cfg = load_serving_config(DEFAULT_GPU_CONFIG, env=ENV)
-    with pytest.raises(LocalStackError, match="accelerator.kind gpu: no nvidia-smi"):
+    with pytest.raises(LocalStackError, match=r"accelerator\.kind gpu: no nvidia-smi"):
         _on_this_machines_gpus(cfg)
 
 
