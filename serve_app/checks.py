@@ -13,6 +13,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from serve_app.config import deployments
+from serve_app.gpu import PER_WORKER_GPUS_ENV, effective_memory_utilization, gpu_demands, pack
+
 if TYPE_CHECKING:
     from serve_app.config import Deployment, PDPool, PDSide, ServingConfig
 
@@ -23,7 +26,8 @@ _OWN_ENGINE_KEYS: Mapping[str, str] = {
     "served_model_name": "model.id",
     "max_model_len": "model.max_model_len",
     "dtype": "model.dtype",
-    "gpu_memory_utilization": "model.gpu_memory_utilization",
+    "gpu_memory_utilization": "model.gpu_memory_utilization (or gpu_memory_utilization beside "
+    "engine_kwargs)",
     "kv_transfer_config": "kv_transfer_config beside engine_kwargs (PD sides only)",
 }
 
@@ -43,16 +47,8 @@ def check_serving_config(cfg: ServingConfig) -> list[str]:
         problems += _check_engine_kwargs(path, deployment)
     if cfg.pd is not None:
         problems += _check_pd(cfg, cfg.pd)
+    problems += check_gpu_placement(cfg)
     return problems
-
-
-def deployments(cfg: ServingConfig) -> Iterator[tuple[str, Deployment]]:
-    """Every engine deployment with its key path."""
-    if cfg.pd is not None:
-        yield "pd.prefill", cfg.pd.prefill
-        yield "pd.decode", cfg.pd.decode
-    if cfg.colocated is not None:
-        yield "colocated", cfg.colocated
 
 
 def replica_env(cfg: ServingConfig, deployment: Deployment) -> dict[str, str]:
@@ -181,3 +177,50 @@ def _check_kv_pair(pd: PDPool) -> Iterator[str]:
         )
     if prefill.kv_buffer_device != decode.kv_buffer_device:
         yield "pd.decode.kv_transfer_config.kv_buffer_device: differs from prefill's"
+
+
+def check_gpu_placement(cfg: ServingConfig) -> list[str]:
+    """GPU fractions and memory shares that Ray or vLLM would refuse, or that would not fit."""
+
+    problems: list[str] = []
+    for path, deployment in deployments(cfg):
+        fraction = deployment.gpu_fraction
+        if cfg.accelerator.kind == "cpu":
+            for key in ("gpu_fraction", "gpu_memory_utilization"):
+                if getattr(deployment, key) is not None:
+                    problems.append(f"{path}.{key}: not used with accelerator.kind cpu; remove it")
+            continue
+        if fraction is None or fraction == 1:
+            continue
+        memory = effective_memory_utilization(cfg, deployment)
+        if memory is None or memory > fraction:
+            shown = "vLLM's default 0.9" if memory is None else memory
+            problems.append(
+                f"{path}.gpu_memory_utilization: {shown} is more than its gpu_fraction "
+                f"{fraction}; engines sharing the GPU would run out of memory (set it at most "
+                f"{fraction}, a little below leaves room for the CUDA context)"
+            )
+        for key in ("tensor_parallel_size", "pipeline_parallel_size"):
+            if int(deployment.engine_kwargs.get(key, 1)) > 1:
+                problems.append(
+                    f"{path}.engine_kwargs.{key}: a gpu_fraction is one worker's share of one "
+                    "GPU; several workers need whole GPUs (remove gpu_fraction)"
+                )
+        pinned = replica_env(cfg, deployment).get(PER_WORKER_GPUS_ENV)
+        if pinned is not None and pinned != str(fraction):
+            problems.append(
+                f"{path}.env.{PER_WORKER_GPUS_ENV}: {pinned} differs from gpu_fraction "
+                f"{fraction} (vLLM's worker would ask Ray for more than its bundle holds); "
+                "remove it, it is set from gpu_fraction"
+            )
+    gpus = cfg.accelerator.gpus
+    if gpus is not None and not problems:
+        demands = list(gpu_demands(cfg))
+        if pack(demands, gpus) is None:
+            listed = ", ".join(f"{path} {fraction:g}" for path, fraction in demands)
+            problems.append(
+                f"accelerator.gpus: the engine replicas' GPU shares ({listed}; "
+                f"{sum(f for _, f in demands):g} in all) do not fit on {gpus} GPU(s); lower "
+                "gpu_fraction (and gpu_memory_utilization with it) or the replica counts"
+            )
+    return problems

@@ -2,7 +2,7 @@
 
 pd-serve check-config examples/serving/qwen3.5-9b-g6.yaml
 pd-serve render examples/serving/qwen3.5-9b-g6.yaml [--rayservice]
-pd-serve local up [--config FILE] [--state-dir DIR] [--port N]
+pd-serve local up [--gpu | --config FILE] [--state-dir DIR] [--port N]
 pd-serve doctor [--state-dir DIR]
 pd-serve local down [--state-dir DIR]
 """
@@ -37,7 +37,13 @@ def _parser() -> argparse.ArgumentParser:
         dest="local_command", required=True
     )
     up = local.add_parser("up", help="start Ray on loopback and deploy both apps")
-    up.add_argument("--config", type=Path, default=None, help="default: the local-cpu example")
+    source = up.add_mutually_exclusive_group()
+    source.add_argument("--config", type=Path, default=None, help="default: the local-cpu example")
+    source.add_argument(
+        "--gpu",
+        action="store_true",
+        help="the local-gpu example: every engine on this machine's GPUs (shared when too few)",
+    )
     up.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     up.add_argument("--port", type=int, default=None, help="Serve HTTP port (0: a free one)")
     up.add_argument("--timeout", type=float, default=600.0)
@@ -78,11 +84,10 @@ def _render(path: Path, rayservice: bool) -> int:
 
 
 def _local_up(args: argparse.Namespace) -> int:
-    from serve_app.local import DEFAULT_CONFIG, local_up
+    from serve_app.local import DEFAULT_CONFIG, DEFAULT_GPU_CONFIG, local_up
 
-    state = local_up(
-        args.config or DEFAULT_CONFIG, args.state_dir, port=args.port, timeout=args.timeout
-    )
+    config = args.config or (DEFAULT_GPU_CONFIG if args.gpu else DEFAULT_CONFIG)
+    state = local_up(config, args.state_dir, port=args.port, timeout=args.timeout)
     print(f"pd-serve local: ready in {state.seconds_to_ready} s (Ray driver pid {state.driver[0]})")
     print(f"  model:        {state.model}")
     for name, url in state.base_urls.items():

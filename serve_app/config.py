@@ -15,7 +15,7 @@ points the model source at a folder it generates this way).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
@@ -43,11 +43,17 @@ class Accelerator(Strict):
     kind: Literal["gpu", "cpu"] = "gpu"
     type: str | None = None
     """Ray's accelerator type for GPU replicas, for example ``L4`` on g6 instances."""
+    gpus: int | None = Field(None, ge=1)
+    """Every engine on one machine with this many GPUs (the local GPU profile): the replicas'
+    ``gpu_fraction`` shares must pack onto them. Unset: replicas spread over nodes, one GPU each
+    unless ``gpu_fraction`` says otherwise. ``pd-serve local up --gpu`` sets it from the machine."""
 
     @model_validator(mode="after")
     def _type_only_for_gpu(self) -> Accelerator:
         if self.kind == "cpu" and self.type is not None:
             raise ValueError("type: an accelerator type needs kind: gpu")
+        if self.kind == "cpu" and self.gpus is not None:
+            raise ValueError("gpus: a GPU count needs kind: gpu")
         return self
 
 
@@ -109,6 +115,12 @@ class Deployment(Scaling):
     """vLLM engine arguments beyond those the config names itself (``enforce_eager``, ...)."""
     env: dict[str, str] = Field(default_factory=dict)
     """Environment of this deployment's replicas, over the config's top-level ``env``."""
+    gpu_fraction: float | None = Field(None, gt=0, le=1)
+    """The share of one GPU each replica takes (a Ray placement bundle ``{GPU: f, CPU: 1}``),
+    for engines sharing a GPU on one machine; unset: one whole GPU (see serve_app/gpu.py)."""
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    """This deployment's vLLM memory share of the whole GPU, over ``model.gpu_memory_utilization``;
+    at most ``gpu_fraction`` where one is set."""
 
 
 class PDSide(Deployment):
@@ -154,3 +166,12 @@ class ServingConfig(Strict):
     """Environment of every replica (prefill, decode, colocated)."""
     pd: PDPool | None = None
     colocated: ColocatedPool | None = None
+
+
+def deployments(cfg: ServingConfig) -> Iterator[tuple[str, Deployment]]:
+    """Every engine deployment with its key path."""
+    if cfg.pd is not None:
+        yield "pd.prefill", cfg.pd.prefill
+        yield "pd.decode", cfg.pd.decode
+    if cfg.colocated is not None:
+        yield "colocated", cfg.colocated

@@ -17,12 +17,20 @@ from configkit import ConfigError, parse_model, read_yaml
 from serve_app.checks import check_serving_config
 from serve_app.config import ServingConfig
 
-__all__ = ["ConfigError", "load_serving_config", "parse_serving_config"]
+__all__ = ["ConfigError", "load_serving_config", "parse_serving_config", "validate_document"]
 
 
 def parse_serving_config(document: Any, env: Mapping[str, str] | None = None) -> ServingConfig:
     """Validate a parsed document; raises :class:`ConfigError` listing every problem."""
-    config = parse_model(ServingConfig, document, env, what="serving config")
+    return _checked(parse_model(ServingConfig, document, env, what="serving config"))
+
+
+def validate_document(data: dict[str, Any]) -> ServingConfig:
+    """Validate an already interpolated document; raises :class:`ConfigError`."""
+    return _checked(parse_model(ServingConfig, data, env={}, what="serving config"))
+
+
+def _checked(config: ServingConfig) -> ServingConfig:
     problems = check_serving_config(config)
     if problems:
         raise ConfigError("\n".join(problems))

@@ -33,6 +33,7 @@ from serve_app.tiny_model import make_tiny_model
 
 STATE_FILE = "state.json"
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "serving" / "local-cpu.yaml"
+DEFAULT_GPU_CONFIG = DEFAULT_CONFIG.with_name("local-gpu.yaml")
 
 
 class LocalStackError(Exception):
@@ -120,6 +121,8 @@ def gateway_config(state: LocalState, port: int = 8080) -> dict[str, object]:
 def _prepare(config: Path, state_dir: Path, port: int | None) -> tuple[ServingConfig, Path]:
     env = {**os.environ, "PD_SERVE_LOCAL_DIR": str(state_dir)}
     cfg = load_serving_config(config, env)
+    if cfg.accelerator.kind == "gpu":
+        cfg = _on_this_machines_gpus(cfg)
     chosen = cfg.serve.http_port if port is None else port
     cfg = localise(cfg, free_port() if chosen == 0 else chosen)
     model_dir = Path(cfg.model.source)
@@ -129,6 +132,24 @@ def _prepare(config: Path, state_dir: Path, port: int | None) -> tuple[ServingCo
     rendered = state_dir / "serve-config.json"
     rendered.write_text(json.dumps(render_serve_config(cfg)))
     return cfg, rendered
+
+
+def _on_this_machines_gpus(cfg: ServingConfig) -> ServingConfig:
+    """The GPU profile: every engine on this machine's GPUs, whole or shared (serve_app/gpu.py)."""
+    from serve_app.gpu import NoGPUError, detect_gpus
+    from serve_app.placement import place_on_one_machine
+
+    try:
+        gpus = cfg.accelerator.gpus or detect_gpus()
+    except NoGPUError as err:
+        raise LocalStackError(f"accelerator.kind gpu: {err}") from None
+    return place_on_one_machine(cfg, gpus)
+
+
+def _driver_env(cfg: ServingConfig) -> dict[str, str]:
+    from serve_app.local_driver import SEQUENTIAL_ENV
+
+    return {SEQUENTIAL_ENV: "1"} if cfg.accelerator.kind == "gpu" else {}
 
 
 def local_up(
@@ -156,7 +177,7 @@ def local_up(
             stdin=subprocess.DEVNULL,
             # Its own session: a Ctrl-C in the caller's terminal does not reach Ray half-started.
             start_new_session=True,
-            env={**os.environ, "PD_SERVE_LOCAL_DIR": str(state_dir)},
+            env={**os.environ, "PD_SERVE_LOCAL_DIR": str(state_dir), **_driver_env(cfg)},
         )
     driver = procs.this_proc(proc.pid) or (proc.pid, 0)
     state = LocalState(

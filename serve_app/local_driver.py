@@ -19,6 +19,7 @@ from typing import Any
 # Logical CPUs: each vLLM engine reserves some for its replica and workers; the real cores are
 # shared through the OMP settings of the profile, not through Ray's accounting.
 LOCAL_NUM_CPUS = 16
+SEQUENTIAL_ENV = "PD_SERVE_DEPLOY_SEQUENTIAL"
 
 
 class _Stop(Exception):
@@ -44,6 +45,12 @@ def _deploy(document: dict[str, Any]) -> None:
         )
         for app in document["applications"]
     ]
+    if os.environ.get(SEQUENTIAL_ENV) == "1":
+        # GPU engines sharing a GPU: one app at a time, so that no engine profiles its memory
+        # while another one's allocations come and go on the same device.
+        for target in targets:
+            serve.run_many([target])
+        return
     # Both apps at once: their engines start in parallel, and this returns once all are RUNNING.
     serve.run_many(targets)
 

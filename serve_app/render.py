@@ -19,6 +19,7 @@ import yaml
 
 from serve_app.checks import model_source, replica_env
 from serve_app.config import ColocatedPool, Deployment, PDPool, PDSide, Scaling, ServingConfig
+from serve_app.gpu import effective_memory_utilization, gpu_env, placement_group_config
 
 PD_BUILDER = "ray.serve.llm:build_pd_openai_app"
 COLOCATED_BUILDER = "ray.serve.llm:build_openai_app"
@@ -53,7 +54,10 @@ def llm_config(cfg: ServingConfig, deployment: Deployment) -> dict[str, Any]:
         config["accelerator_config"] = {"kind": "cpu"}
     elif cfg.accelerator.type is not None:
         config["accelerator_type"] = cfg.accelerator.type
-    env = replica_env(cfg, deployment)
+    placement = placement_group_config(deployment)
+    if placement is not None:
+        config["placement_group_config"] = placement
+    env = {**gpu_env(deployment), **replica_env(cfg, deployment)}
     if env:
         config["runtime_env"] = {"env_vars": env}
     if isinstance(deployment, PDSide) and deployment.side_channel_port_base is not None:
@@ -65,8 +69,9 @@ def llm_config(cfg: ServingConfig, deployment: Deployment) -> dict[str, Any]:
 
 def _engine_kwargs(cfg: ServingConfig, deployment: Deployment) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"max_model_len": cfg.model.max_model_len, "dtype": cfg.model.dtype}
-    if cfg.model.gpu_memory_utilization is not None:
-        kwargs["gpu_memory_utilization"] = cfg.model.gpu_memory_utilization
+    memory = effective_memory_utilization(cfg, deployment)
+    if memory is not None:
+        kwargs["gpu_memory_utilization"] = memory
     kwargs.update(deployment.engine_kwargs)
     if isinstance(deployment, PDSide) and deployment.kv_transfer_config is not None:
         kwargs["kv_transfer_config"] = deployment.kv_transfer_config.model_dump(

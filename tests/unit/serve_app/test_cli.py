@@ -16,7 +16,7 @@ EXAMPLES = Path(__file__).parents[3] / "examples" / "serving"
 
 def test_check_config_accepts_the_examples(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check-config", *map(str, sorted(EXAMPLES.glob("*.yaml")))]) == 0
-    assert capsys.readouterr().out.count(": ok") == 2
+    assert capsys.readouterr().out.count(": ok") == len(list(EXAMPLES.glob("*.yaml")))
 
 
 def test_check_config_names_the_key_at_fault(
