@@ -49,4 +49,3 @@ def span_exporter(protocol: Protocol, endpoint: str | None) -> SpanExporter:
 def _plaintext(endpoint: str | None) -> bool | None:
     """gRPC needs to be told that an ``http://`` endpoint has no TLS; None lets the env decide."""
     return None if endpoint is None else endpoint.startswith("http://")
-
