@@ -98,7 +98,7 @@ def two_router_stack() -> Iterator[Stack]:
     model_dir = make_tiny_model(state_dir / "tiny-model")
     port = free_port()
     cfgs = [
-        parse_serving_config(serving_document(model_dir, app, router), env={})
+        parse_serving_config(serving_document(model_dir, port, app, router), env={})
         for app, router in (("prefix", {"kind": "prefix_aware"}), ("p2c", {"kind": "default"}))
     ]
     cfgs = [
