@@ -14,6 +14,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import yaml
+
 from serve_app.config import ConfigError, load_serving_config
 from serve_app.local import LocalStackError
 
@@ -41,6 +43,10 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     up.add_argument("--port", type=int, default=None, help="Serve HTTP port (0: a free one)")
     up.add_argument("--timeout", type=float, default=600.0)
+    up.add_argument(
+        "--gateway-port", type=int, default=8080, help="the port in the gateway.yaml written"
+    )
+    up.add_argument("--quiet", action="store_true", help="no progress lines, only the summary")
     down = local.add_parser("down", help="stop what local up started")
     down.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
 
@@ -79,9 +85,15 @@ def _render(path: Path, rayservice: bool) -> int:
 
 def _local_up(args: argparse.Namespace) -> int:
     from serve_app.local import DEFAULT_CONFIG, local_up
+    from serve_app.progress import Progress
 
     state = local_up(
-        args.config or DEFAULT_CONFIG, args.state_dir, port=args.port, timeout=args.timeout
+        args.config or DEFAULT_CONFIG,
+        args.state_dir,
+        port=args.port,
+        timeout=args.timeout,
+        progress=Progress(None if args.quiet else sys.stdout),
+        gateway_port=args.gateway_port,
     )
     print(f"pd-serve local: ready in {state.seconds_to_ready} s (Ray driver pid {state.driver[0]})")
     print(f"  model:        {state.model}")
@@ -89,8 +101,8 @@ def _local_up(args: argparse.Namespace) -> int:
         print(f"  {name + ':':<13} {url}   (OpenAI: {url}/v1/chat/completions, {url}/v1/models)")
     print(f"  state:        {args.state_dir.resolve() / 'state.json'}")
     gateway_yaml = args.state_dir.resolve() / "gateway.yaml"
-    models = f"models {state.model}-pd, {state.model}"
-    print(f"  gateway:      pd-gateway run --config {gateway_yaml}   ({models})")
+    models = ", ".join(yaml.safe_load(gateway_yaml.read_text())["models"])
+    print(f"  gateway:      pd-gateway run --config {gateway_yaml}   (models {models})")
     print(f"  stop with:    pd-serve local down --state-dir {args.state_dir}")
     return 0
 

@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(STACK_TIMEOUT + 300)]
 
 MAX_TOKENS = 16
 # Which gateway model name reaches which pool (see conftest.gateway_config).
-POOLS = {"pd": "tiny-pd", "colocated": "tiny"}
+POOLS = {"pd": "tiny-pd", "colocated": "tiny-colocated"}
 
 
 def client(gateway: GatewayProcess) -> openai.OpenAI:

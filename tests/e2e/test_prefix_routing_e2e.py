@@ -49,7 +49,9 @@ ENV = {
 }
 
 
-def serving_document(model_dir: Path, app: str, router: dict[str, Any]) -> dict[str, Any]:
+def serving_document(
+    model_dir: Path, port: int, app: str, router: dict[str, Any]
+) -> dict[str, Any]:
     return {
         "model": {
             "id": "tiny",
@@ -58,7 +60,7 @@ def serving_document(model_dir: Path, app: str, router: dict[str, Any]) -> dict[
             "dtype": "bfloat16",
         },
         "accelerator": {"kind": "cpu"},
-        "serve": {"http_host": "127.0.0.1", "http_port": 0},
+        "serve": {"http_host": "127.0.0.1", "http_port": port},
         "env": ENV,
         "colocated": {
             "app_name": app,
