@@ -3,7 +3,7 @@
 pd-serve check-config examples/serving/qwen3.5-9b-g6.yaml
 pd-serve render examples/serving/qwen3.5-9b-g6.yaml [--rayservice]
 pd-serve local up [--config FILE] [--state-dir DIR] [--port N]
-pd-serve doctor [--state-dir DIR]
+pd-serve doctor [--state-dir DIR] | pd-serve doctor --efa
 pd-serve local down [--state-dir DIR]
 """
 
@@ -59,6 +59,11 @@ def _parser() -> argparse.ArgumentParser:
         help="folder of the engines' logs (default: the local Ray session's logs)",
     )
     doctor.add_argument("--timeout", type=float, default=60.0)
+    doctor.add_argument(
+        "--efa",
+        action="store_true",
+        help="instead: is libfabric's efa provider present and usable here (fi_info -p efa)",
+    )
     return parser
 
 
@@ -120,6 +125,12 @@ def _local_down(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    if args.efa:
+        from serve_app.efa import probe_efa
+
+        report = probe_efa()
+        print(report.render())
+        return 0 if report.usable else 1
     from serve_app.doctor import doctor_command
 
     return doctor_command(args.state_dir, args.base_url, args.logs, args.timeout)
