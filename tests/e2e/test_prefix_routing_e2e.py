@@ -6,8 +6,9 @@ with Ray Serve's default power of two choices. Both get the same workload: group
 sharing a long prompt prefix, interleaved, one at a time (equal queues, so the prefix decides).
 
 What each request met in the engine's prefix cache is vLLM's own count
-(``usage.prompt_tokens_details.cached_tokens``); which replica served it comes from Ray Serve's
-replica logs (the request id of the ``x-request-id`` header is logged by the replica that ran it).
+(``usage.prompt_tokens_details.cached_tokens``); which replica served it comes from the replicas'
+own logs: vLLM logs ``Added request <id>`` with the ``x-request-id`` the request carried, in the
+Ray worker log of the replica that ran it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import pytest
 
 from serve_app import procs
 from serve_app.config import parse_serving_config
+from serve_app.doctor import replica_logs
 from serve_app.local import STATE_FILE, LocalState, base_urls, free_port, local_down
 from serve_app.render import render_serve_config
 from serve_app.tiny_model import make_tiny_model
@@ -71,8 +73,10 @@ def serving_document(
                 "enforce_eager": True,
                 "max_num_seqs": 4,
                 "enable_prefix_caching": True,
-                # vLLM reports each request's prefix-cache hit in usage.
+                # vLLM reports each request's prefix-cache hit in usage...
                 "enable_prompt_tokens_details": True,
+                # ...and logs the request id ("Added request ...") in the replica's own log.
+                "enable_log_requests": True,
             },
         },
     }
@@ -81,7 +85,7 @@ def serving_document(
 @dataclass
 class Stack:
     urls: dict[str, str]
-    serve_logs: Path
+    logs: Path
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], ready: Path, log: Path, timeout: float) -> None:
@@ -134,9 +138,10 @@ def two_router_stack() -> Iterator[Stack]:
         state = state.model_copy(update={"processes": procs.descendants(proc.pid)})
         (state_dir / STATE_FILE).write_text(state.model_dump_json())
         session = Path(json.loads(ready.read_text())["session_dir"])
-        yield Stack(urls=urls, serve_logs=session / "logs" / "serve")
+        yield Stack(urls=urls, logs=session / "logs")
     finally:
         local_down(state_dir)
+        proc.wait(30)
         shutil.rmtree(state_dir, ignore_errors=True)
 
 
@@ -183,14 +188,14 @@ def run_workload(base_url: str, app: str) -> list[Served]:
     return served
 
 
-def replica_of(serve_logs: Path, app: str, request_ids: list[str]) -> dict[str, str]:
-    """Request id -> the LLMServer replica whose Serve log names it (polled: logs flush late)."""
+def replica_of(logs: Path, app: str, request_ids: list[str]) -> dict[str, str]:
+    """Request id -> the LLMServer replica whose log names it (polled: logs flush late)."""
     found: dict[str, str] = {}
     deadline = time.monotonic() + 30
     while len(found) < len(request_ids) and time.monotonic() < deadline:
-        for path in serve_logs.glob(f"replica_{app}_LLMServer*.log"):
+        for path in replica_logs(logs, app, "LLMServer"):
             text = path.read_text(errors="replace")
-            found.update({rid: path.name for rid in request_ids if rid in text})
+            found.update({rid: path.name for rid in request_ids if f"{rid}" in text})
         time.sleep(0.5)
     return found
 
@@ -204,13 +209,17 @@ def test_prefix_aware_router_keeps_each_group_on_one_replica_and_hits_the_cache_
 ) -> None:
     results = {app: run_workload(two_router_stack.urls[app], app) for app in ("prefix", "p2c")}
     placement = {
-        app: replica_of(two_router_stack.serve_logs, app, [s.request_id for s in served])
+        app: replica_of(two_router_stack.logs, app, [s.request_id for s in served])
         for app, served in results.items()
     }
     rates = {app: hit_rate(served) for app, served in results.items()}
     report = {
         app: {
             "hit_rate": round(rates[app], 3),
+            "cached_by_turn": [
+                [s.cached_tokens for s in results[app] if s.turn == t] for t in range(PER_GROUP)
+            ],
+            "prompt_tokens": results[app][0].prompt_tokens,
             "replicas_per_group": [
                 len({placement[app].get(s.request_id) for s in results[app] if s.group == g})
                 for g in range(GROUPS)
