@@ -17,7 +17,7 @@ from serve_app.config import deployments
 from serve_app.gpu import PER_WORKER_GPUS_ENV, effective_memory_utilization, gpu_demands, pack
 
 if TYPE_CHECKING:
-    from serve_app.config import Deployment, PDPool, PDSide, ServingConfig
+    from serve_app.config import Deployment, PDPool, PDSide, RequestRouter, ServingConfig
 
 # Engine arguments the config names itself; a second spelling in engine_kwargs would be ambiguous.
 _OWN_ENGINE_KEYS: Mapping[str, str] = {
@@ -45,6 +45,7 @@ def check_serving_config(cfg: ServingConfig) -> list[str]:
     problems += _check_model(cfg)
     for path, deployment in deployments(cfg):
         problems += _check_engine_kwargs(path, deployment)
+        problems += _check_request_router(cfg, path, deployment)
     if cfg.pd is not None:
         problems += _check_pd(cfg, cfg.pd)
     problems += check_gpu_placement(cfg)
@@ -79,6 +80,51 @@ def _check_engine_kwargs(path: str, deployment: Deployment) -> Iterator[str]:
     for key in deployment.engine_kwargs:
         if key in _OWN_ENGINE_KEYS:
             yield f"{path}.engine_kwargs.{key}: set it as {_OWN_ENGINE_KEYS[key]}"
+
+
+def _check_request_router(cfg: ServingConfig, path: str, deployment: Deployment) -> Iterator[str]:
+    router = deployment.request_router
+    if router is None:
+        return
+    where = f"{path}.request_router"
+    if router.kind != "prefix_aware":
+        for key in router.PREFIX_AWARE_KEYS:
+            if getattr(router, key) is not None:
+                yield f"{where}.{key}: only kind prefix_aware reads it (kind is {router.kind})"
+    if router.kind != "default" and deployment.engine_kwargs.get("enable_prefix_caching") is False:
+        yield (
+            f"{where}.kind: {router.kind} routes by what each replica's prefix cache holds, but "
+            f"{path}.engine_kwargs.enable_prefix_caching is false; turn caching on or use default"
+        )
+    yield from _check_eviction(where, router)
+    if router.kind == "kv_aware":
+        yield from _check_kv_aware(cfg, where, path)
+
+
+def _check_eviction(where: str, router: RequestRouter) -> Iterator[str]:
+    eviction = ("eviction_threshold_chars", "eviction_target_chars", "eviction_interval_secs")
+    if not router.do_eviction:
+        for key in eviction:
+            if getattr(router, key) is not None:
+                yield f"{where}.{key}: has no effect without do_eviction: true"
+    threshold, target = router.eviction_threshold_chars, router.eviction_target_chars
+    if threshold is not None and target is not None and target > threshold:
+        yield f"{where}.eviction_target_chars: above eviction_threshold_chars ({threshold})"
+
+
+def _check_kv_aware(cfg: ServingConfig, where: str, path: str) -> Iterator[str]:
+    if path != "colocated":
+        # Ray Serve LLM 2.60 builds the KV scorer only in build_openai_app's direct-streaming
+        # ingress; elsewhere KVAwareRouter silently degrades to a random replica.
+        yield (
+            f"{where}.kind: kv_aware scores replicas only in a colocated pool (Ray Serve LLM's "
+            "direct-streaming ingress); use prefix_aware here"
+        )
+    if cfg.accelerator.kind == "cpu":
+        yield (
+            f"{where}.kind: kv_aware needs ai-dynamo's selection service, which the CPU stack "
+            "does not install; use prefix_aware"
+        )
 
 
 def _check_pd(cfg: ServingConfig, pd: PDPool) -> Iterator[str]:

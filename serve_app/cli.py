@@ -3,7 +3,7 @@
 pd-serve check-config examples/serving/qwen3.5-9b-g6.yaml
 pd-serve render examples/serving/qwen3.5-9b-g6.yaml [--rayservice]
 pd-serve local up [--gpu | --config FILE] [--state-dir DIR] [--port N]
-pd-serve doctor [--state-dir DIR]
+pd-serve doctor [--state-dir DIR] | pd-serve doctor --efa
 pd-serve local down [--state-dir DIR]
 """
 
@@ -13,6 +13,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+import yaml
 
 from serve_app.loader import ConfigError, load_serving_config
 from serve_app.local import LocalStackError
@@ -47,6 +49,10 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     up.add_argument("--port", type=int, default=None, help="Serve HTTP port (0: a free one)")
     up.add_argument("--timeout", type=float, default=600.0)
+    up.add_argument(
+        "--gateway-port", type=int, default=8080, help="the port in the gateway.yaml written"
+    )
+    up.add_argument("--quiet", action="store_true", help="no progress lines, only the summary")
     down = local.add_parser("down", help="stop what local up started")
     down.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
 
@@ -59,6 +65,11 @@ def _parser() -> argparse.ArgumentParser:
         help="folder of the engines' logs (default: the local Ray session's logs)",
     )
     doctor.add_argument("--timeout", type=float, default=60.0)
+    doctor.add_argument(
+        "--efa",
+        action="store_true",
+        help="instead: is libfabric's efa provider present and usable here (fi_info -p efa)",
+    )
     return parser
 
 
@@ -85,17 +96,24 @@ def _render(path: Path, rayservice: bool) -> int:
 
 def _local_up(args: argparse.Namespace) -> int:
     from serve_app.local import DEFAULT_CONFIG, DEFAULT_GPU_CONFIG, local_up
+    from serve_app.progress import Progress
 
-    config = args.config or (DEFAULT_GPU_CONFIG if args.gpu else DEFAULT_CONFIG)
-    state = local_up(config, args.state_dir, port=args.port, timeout=args.timeout)
+    state = local_up(
+        args.config or (DEFAULT_GPU_CONFIG if args.gpu else DEFAULT_CONFIG),
+        args.state_dir,
+        port=args.port,
+        timeout=args.timeout,
+        progress=Progress(None if args.quiet else sys.stdout),
+        gateway_port=args.gateway_port,
+    )
     print(f"pd-serve local: ready in {state.seconds_to_ready} s (Ray driver pid {state.driver[0]})")
     print(f"  model:        {state.model}")
     for name, url in state.base_urls.items():
         print(f"  {name + ':':<13} {url}   (OpenAI: {url}/v1/chat/completions, {url}/v1/models)")
     print(f"  state:        {args.state_dir.resolve() / 'state.json'}")
     gateway_yaml = args.state_dir.resolve() / "gateway.yaml"
-    models = f"models {state.model}-pd, {state.model}"
-    print(f"  gateway:      pd-gateway run --config {gateway_yaml}   ({models})")
+    models = ", ".join(yaml.safe_load(gateway_yaml.read_text())["models"])
+    print(f"  gateway:      pd-gateway run --config {gateway_yaml}   (models {models})")
     print(f"  stop with:    pd-serve local down --state-dir {args.state_dir}")
     return 0
 
@@ -113,6 +131,12 @@ def _local_down(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    if args.efa:
+        from serve_app.efa import probe_efa
+
+        report = probe_efa()
+        print(report.render())
+        return 0 if report.usable else 1
     from serve_app.doctor import doctor_command
 
     return doctor_command(args.state_dir, args.base_url, args.logs, args.timeout)

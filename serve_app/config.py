@@ -110,6 +110,43 @@ class KVTransferConfig(Strict):
     kv_connector_extra_config: NixlExtraConfig
 
 
+class RequestRouter(Strict):
+    """How callers pick one of a deployment's replicas (Ray Serve's ``request_router_config``).
+
+    - ``default``: Ray Serve's power of two choices (the shorter of two random queues).
+    - ``prefix_aware``: Ray Serve LLM's ``PrefixCacheAffinityRouter``: a prefix tree of the prompts
+      each replica has served sends a prompt to the replica holding its longest prefix while queue
+      lengths differ by at most ``imbalanced_threshold``. Pays off when requests share long
+      prefixes (system prompts, RAG context, multi-turn chats) and there is more than one replica.
+    - ``kv_aware``: Ray Serve LLM's ``KVAwareRouter``: scores replicas by KV-cache overlap from the
+      engines' KV events; needs ai-dynamo in the image and Ray Serve LLM's direct streaming
+      (``RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING=1`` on the Ray pods), so colocated pools only.
+
+    The thresholds below are ``PrefixCacheAffinityRouter``'s; unset ones keep Ray's defaults.
+    """
+
+    kind: Literal["default", "prefix_aware", "kv_aware"] = "default"
+    imbalanced_threshold: float | None = Field(None, ge=0)
+    """Largest queue-length difference between replicas at which prefix matching still decides
+    (Ray's default: no limit); above it, power of two choices balances the load."""
+    match_rate_threshold: float | None = Field(None, ge=0, le=1)
+    """Smallest fraction of the prompt that must match a replica's prefix tree to follow it
+    (Ray's default 0.1); below it, the replica with the smallest tree gets the request."""
+    do_eviction: bool | None = None
+    eviction_threshold_chars: int | None = Field(None, gt=0)
+    eviction_target_chars: int | None = Field(None, gt=0)
+    eviction_interval_secs: int | None = Field(None, gt=0)
+
+    PREFIX_AWARE_KEYS: ClassVar[tuple[str, ...]] = (
+        "imbalanced_threshold",
+        "match_rate_threshold",
+        "do_eviction",
+        "eviction_threshold_chars",
+        "eviction_target_chars",
+        "eviction_interval_secs",
+    )
+
+
 class Deployment(Scaling):
     engine_kwargs: dict[str, Any] = Field(default_factory=dict)
     """vLLM engine arguments beyond those the config names itself (``enforce_eager``, ...)."""
@@ -121,6 +158,8 @@ class Deployment(Scaling):
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     """This deployment's vLLM memory share of the whole GPU, over ``model.gpu_memory_utilization``;
     at most ``gpu_fraction`` where one is set."""
+    request_router: RequestRouter | None = None
+    """How callers choose among this deployment's replicas (Ray Serve's default when unset)."""
 
 
 class PDSide(Deployment):

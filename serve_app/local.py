@@ -28,6 +28,8 @@ from pydantic import BaseModel
 from serve_app import procs
 from serve_app.config import ServingConfig
 from serve_app.loader import load_serving_config
+from serve_app.local_driver import EVENTS_FILE
+from serve_app.progress import EventLog, Progress, describe
 from serve_app.render import render_serve_config, render_serve_config_yaml
 from serve_app.tiny_model import make_tiny_model
 
@@ -104,21 +106,44 @@ def base_urls(cfg: ServingConfig) -> dict[str, str]:
 GATEWAY_CONFIG = "gateway.yaml"
 
 
-def gateway_config(state: LocalState, port: int = 8080) -> dict[str, object]:
-    """A gateway config for this stack: ``<model>-pd`` on the PD pool, ``<model>`` on the
-    colocated one (the gateway reads YAML only; serve_app imports nothing of it)."""
+# Prompts this long or longer go to the PD app (the local model's context is 512 tokens).
+PD_THRESHOLD_TOKENS = 128
+UPSTREAM_TIMEOUTS = {"connect": 5, "first_byte": 120, "idle": 60, "total": 600}
+
+
+def gateway_config(
+    state: LocalState, port: int = 8080, data_dir: Path | None = None
+) -> dict[str, object]:
+    """The gateway config for this stack: the one ``local up`` writes, ``scripts/run-local.sh``
+    runs and the end-to-end tests start (plain YAML data: serve_app imports nothing of the gateway).
+
+    ``<model>`` is routed by prompt length (PD from ``PD_THRESHOLD_TOKENS``, counted with the
+    model's own tokenizer); ``<model>-pd`` and ``<model>-colocated`` pin one pool. With
+    ``data_dir``, keys and usage live in SQLite there (the embedded defaults).
+    """
     pools = {
-        name: {"urls": [url], "health": {"path": "/v1/models"}}
+        name: {"urls": [url], "health": {"path": "/v1/models"}, "timeouts": dict(UPSTREAM_TIMEOUTS)}
         for name, url in state.base_urls.items()
     }
-    models: dict[str, dict[str, str]] = {}
+    models: dict[str, object] = {}
+    if {"pd", "colocated"} <= set(state.base_urls):
+        tokenizer = Path(state.driver_log).parent / "tiny-model" / "tokenizer.json"
+        models[state.model] = {
+            "variants": {"stable": {"weight": 1, "pools": {"pd": "pd", "colocated": "colocated"}}},
+            "routing": {"pd_threshold_tokens": PD_THRESHOLD_TOKENS},
+            "tokenizer": {"kind": "huggingface", "tokenizer_file": str(tokenizer)},
+        }
     for name in state.base_urls:
-        alias = state.model if name == "colocated" else f"{state.model}-{name}"
-        models[alias] = {"pool": name, "upstream_model": state.model}
-    return {"server": {"host": "127.0.0.1", "port": port}, "pools": pools, "models": models}
+        models[f"{state.model}-{name}"] = {"pool": name, "upstream_model": state.model}
+    config: dict[str, object] = {"server": {"host": "127.0.0.1", "port": port}}
+    if data_dir is not None:
+        config["storage"] = {"url": f"sqlite:///{data_dir.resolve() / 'gateway.db'}"}
+    return {**config, "pools": pools, "models": models}
 
 
-def _prepare(config: Path, state_dir: Path, port: int | None) -> tuple[ServingConfig, Path]:
+def _prepare(
+    config: Path, state_dir: Path, port: int | None, progress: Progress
+) -> tuple[ServingConfig, Path]:
     env = {**os.environ, "PD_SERVE_LOCAL_DIR": str(state_dir)}
     cfg = load_serving_config(config, env)
     if cfg.accelerator.kind == "gpu":
@@ -127,6 +152,7 @@ def _prepare(config: Path, state_dir: Path, port: int | None) -> tuple[ServingCo
     cfg = localise(cfg, free_port() if chosen == 0 else chosen)
     model_dir = Path(cfg.model.source)
     if model_dir.is_absolute() and not (model_dir / "config.json").is_file():
+        progress.phase(f"generating the tiny model in {model_dir} (no download)")
         make_tiny_model(model_dir)
     (state_dir / "serve-config.yaml").write_text(render_serve_config_yaml(cfg))
     rendered = state_dir / "serve-config.json"
@@ -158,16 +184,24 @@ def local_up(
     *,
     port: int | None = None,
     timeout: float = 600.0,
+    progress: Progress | None = None,
+    gateway_port: int = 8080,
 ) -> LocalState:
-    """Start the stack and return once every app answers ``GET <base>/v1/models``."""
+    """Start the stack and return once every app answers ``GET <base>/v1/models``.
+
+    ``progress`` gets one line per phase (the model, Ray, each deployment healthy, ready); the
+    stack's gateway config goes to ``<state dir>/gateway.yaml`` (:func:`gateway_config`).
+    """
+    progress = progress or Progress(None)
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     existing = load_state(state_dir)
     if existing is not None and procs.alive(existing.driver):
         raise LocalStackError(f"already up (driver pid {existing.driver[0]}); run local down")
-    cfg, rendered = _prepare(config, state_dir, port)
+    cfg, rendered = _prepare(config, state_dir, port, progress)
     ready_file = state_dir / "ready.json"
     ready_file.unlink(missing_ok=True)
+    (state_dir / EVENTS_FILE).unlink(missing_ok=True)
     log_path = state_dir / "driver.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
@@ -180,6 +214,7 @@ def local_up(
             env={**os.environ, "PD_SERVE_LOCAL_DIR": str(state_dir), **_driver_env(cfg)},
         )
     driver = procs.this_proc(proc.pid) or (proc.pid, 0)
+    progress.phase(f"starting the Ray driver (pid {proc.pid}, log {log_path})")
     state = LocalState(
         driver=driver,
         http_port=cfg.serve.http_port,
@@ -191,7 +226,7 @@ def local_up(
     # Saved before waiting, so `local down` can stop a start-up that hangs or is interrupted.
     _save_state(state_dir, state)
     try:
-        ready = _wait_ready(proc, ready_file, state, timeout)
+        ready = _wait_ready(proc, ready_file, state, timeout, progress)
     except BaseException:
         local_down(state_dir)
         raise
@@ -203,15 +238,24 @@ def local_up(
         }
     )
     _save_state(state_dir, state)
-    (state_dir / GATEWAY_CONFIG).write_text(yaml.safe_dump(gateway_config(state), sort_keys=False))
+    document = gateway_config(state, gateway_port, data_dir=state_dir)
+    (state_dir / GATEWAY_CONFIG).write_text(yaml.safe_dump(document, sort_keys=False))
+    progress.phase(f"ready: {', '.join(state.base_urls)}")
     return state
 
 
 def _wait_ready(
-    proc: subprocess.Popen[bytes], ready_file: Path, state: LocalState, timeout: float
+    proc: subprocess.Popen[bytes],
+    ready_file: Path,
+    state: LocalState,
+    timeout: float,
+    progress: Progress,
 ) -> dict[str, object]:
     deadline = time.monotonic() + timeout
+    events = EventLog(ready_file.with_name(EVENTS_FILE))
     while not ready_file.is_file():
+        for phase, detail in events.read_new():
+            progress.phase(describe(phase, detail))
         if proc.poll() is not None:
             raise LocalStackError(
                 f"the driver exited with {proc.returncode}:\n{_tail(Path(state.driver_log))}"
@@ -219,6 +263,8 @@ def _wait_ready(
         if time.monotonic() > deadline:
             raise LocalStackError(f"not ready in {timeout:.0f}s:\n{_tail(Path(state.driver_log))}")
         time.sleep(0.5)
+    for phase, detail in events.read_new():
+        progress.phase(describe(phase, detail))
     for url in state.base_urls.values():
         _wait_http_ok(url + "/v1/models", deadline)
     ready: dict[str, object] = json.loads(ready_file.read_text())

@@ -18,11 +18,24 @@ from typing import Any
 import yaml
 
 from serve_app.checks import model_source, replica_env
-from serve_app.config import ColocatedPool, Deployment, PDPool, PDSide, Scaling, ServingConfig
+from serve_app.config import (
+    ColocatedPool,
+    Deployment,
+    PDPool,
+    PDSide,
+    RequestRouter,
+    Scaling,
+    ServingConfig,
+)
 from serve_app.gpu import effective_memory_utilization, gpu_env, placement_group_config
 
 PD_BUILDER = "ray.serve.llm:build_pd_openai_app"
 COLOCATED_BUILDER = "ray.serve.llm:build_openai_app"
+# Ray Serve LLM's public router classes (ray/serve/llm/request_router.py).
+REQUEST_ROUTER_CLASSES = {
+    "prefix_aware": "ray.serve.llm.request_router.PrefixCacheAffinityRouter",
+    "kv_aware": "ray.serve.llm.request_router.KVAwareRouter",
+}
 
 
 def deployment_options(scaling: Scaling) -> dict[str, Any]:
@@ -45,10 +58,14 @@ def llm_config(cfg: ServingConfig, deployment: Deployment) -> dict[str, Any]:
     }
     if cfg.model.tokenizer is not None:
         loading["tokenizer_source"] = cfg.model.tokenizer
+    options = deployment_options(deployment)
+    router = request_router_config(deployment.request_router)
+    if router is not None:
+        options["request_router_config"] = router
     config: dict[str, Any] = {
         "model_loading_config": loading,
         "engine_kwargs": _engine_kwargs(cfg, deployment),
-        "deployment_config": deployment_options(deployment),
+        "deployment_config": options,
     }
     if cfg.accelerator.kind == "cpu":
         config["accelerator_config"] = {"kind": "cpu"}
@@ -64,6 +81,17 @@ def llm_config(cfg: ServingConfig, deployment: Deployment) -> dict[str, Any]:
         config["experimental_configs"] = {
             "NIXL_SIDE_CHANNEL_PORT_BASE": deployment.side_channel_port_base
         }
+    return config
+
+
+def request_router_config(router: RequestRouter | None) -> dict[str, Any] | None:
+    """Ray Serve's ``request_router_config`` for a deployment; None keeps Ray's default router."""
+    if router is None or router.kind == "default":
+        return None
+    kwargs = router.model_dump(include=set(RequestRouter.PREFIX_AWARE_KEYS), exclude_none=True)
+    config: dict[str, Any] = {"request_router_class": REQUEST_ROUTER_CLASSES[router.kind]}
+    if kwargs:
+        config["request_router_kwargs"] = kwargs
     return config
 
 

@@ -5,7 +5,7 @@
 - ``server.ServerSpanMiddleware``: the server span; continues an incoming ``traceparent``.
 - ``attempt.UpstreamAttempt``: the client span of each upstream attempt, ``prefill`` and
   ``decode`` children, ``traceparent`` for the upstream, and the per-phase metrics.
-- ``export.span_processors_from_env``: OTLP export, also usable as Ray Serve's exporter hook.
+- ``export.span_exporter``: OTLP export (Ray Serve's own hook is ``serve_app.tracing``).
 """
 
 from gateway.telemetry.config import TracingConfig

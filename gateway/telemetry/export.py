@@ -1,18 +1,14 @@
 """OTLP span export over HTTP/protobuf or gRPC, configured from the config or ``OTEL_*``.
 
-The same function also serves Ray Serve: point ``RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH`` at
-``gateway.telemetry.export:span_processors_from_env`` and the ingress, decode and prefill replicas
-export to the endpoint named by the ``OTEL_EXPORTER_OTLP_*`` variables, like the gateway does.
-It imports only OpenTelemetry, never the gateway's app.
+Ray Serve's exporter hook lives with the Ray image's code, not here:
+``serve_app.tracing:span_processors_from_env`` (the gateway and serve_app share no code).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
-from opentelemetry.sdk.trace import SpanProcessor
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export import SpanExporter
 
 from gateway.telemetry.config import Protocol
 
@@ -53,9 +49,3 @@ def span_exporter(protocol: Protocol, endpoint: str | None) -> SpanExporter:
 def _plaintext(endpoint: str | None) -> bool | None:
     """gRPC needs to be told that an ``http://`` endpoint has no TLS; None lets the env decide."""
     return None if endpoint is None else endpoint.startswith("http://")
-
-
-def span_processors_from_env() -> list[SpanProcessor]:
-    """A batching OTLP exporter configured only by ``OTEL_*`` (Ray Serve's exporter hook)."""
-    protocol = resolve_protocol(None, os.environ)
-    return [BatchSpanProcessor(span_exporter(protocol, None))]

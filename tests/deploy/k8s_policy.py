@@ -127,25 +127,37 @@ def heads_that_schedule_work(doc: Doc) -> list[str]:
 
 
 IMAGE_RAY_VERSION = re.compile(r":ray(\d+\.\d+\.\d+)-")
+# The AWS Ray LLM DLC's tags carry no Ray version: AWS's changelog for serve-llm-cuda says which.
+DLC_RAY_VERSIONS = {
+    "public.ecr.aws/deep-learning-containers/ray:serve-llm-cuda-v1.0.0": "2.58.0",
+}
+
+
+def image_ray_version(image: str, dockerfile_ray_version: str) -> str | None:
+    """The Ray inside an image: a known DLC tag's, or our own image's ``ray<version>-`` tag,
+    which Dockerfile.ray builds only from its RAY_VERSION."""
+    if image in DLC_RAY_VERSIONS:
+        return DLC_RAY_VERSIONS[image]
+    found = IMAGE_RAY_VERSION.search(image)
+    if found is None or found.group(1) != dockerfile_ray_version:
+        return None
+    return found.group(1)
 
 
 def ray_version_mismatches(doc: Doc, dockerfile_ray_version: str) -> list[str]:
-    """rayVersion, the Ray in every image tag and Dockerfile.ray's RAY_VERSION must agree."""
+    """rayVersion equals the Ray inside every image of the RayService."""
     if doc.get("kind") != "RayService":
         return []
-    cluster = doc["spec"]["rayClusterConfig"]
-    version = cluster.get("rayVersion")
+    version = doc["spec"]["rayClusterConfig"].get("rayVersion")
     problems = []
-    if version != dockerfile_ray_version:
-        problems.append(
-            f"{describe(doc)}: rayVersion {version} != Dockerfile.ray RAY_VERSION "
-            f"{dockerfile_ray_version}"
-        )
     for where, spec in pod_specs(doc):
         for c in spec.get("containers", []):
-            found = IMAGE_RAY_VERSION.search(c["image"])
-            if found is None or found.group(1) != version:
-                problems.append(f"{where} {c['name']}: image {c['image']} is not Ray {version}")
+            inside = image_ray_version(c["image"], dockerfile_ray_version)
+            if inside != version:
+                problems.append(
+                    f"{where} {c['name']}: rayVersion {version}, but image {c['image']} has Ray "
+                    f"{inside or 'unknown (not a known DLC tag, nor Dockerfile.ray RAY_VERSION)'}"
+                )
     return problems
 
 

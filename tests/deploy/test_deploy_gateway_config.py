@@ -20,7 +20,9 @@ ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def gateway_document(docs: list[dict[str, Any]]) -> Any:
-    (config_map,) = by_kind(docs, "ConfigMap")
+    (config_map,) = [
+        c for c in by_kind(docs, "ConfigMap") if c["metadata"]["namespace"] == "pd-gateway"
+    ]
     return yaml.safe_load(config_map["data"]["gateway.yaml"])
 
 

@@ -31,7 +31,9 @@ def test_overlay_holds_the_system(rendered: dict[str, list[dict[str, Any]]], ove
         ("RayService", "colocated"),
     ]:
         one(docs, kind, name)
-    (config_map,) = by_kind(docs, "ConfigMap")
+    (config_map,) = [
+        c for c in by_kind(docs, "ConfigMap") if c["metadata"]["namespace"] == "pd-gateway"
+    ]
     assert "gateway.yaml" in config_map["data"]
 
 

@@ -18,6 +18,7 @@ from tests.deploy.k8s_policy import (
     heads_that_schedule_work,
     missing_requests_or_limits,
     not_locked_down,
+    pod_specs,
     ray_version_mismatches,
     unpinned_images,
 )
@@ -188,9 +189,25 @@ def test_policy_catches_a_working_head_and_a_version_mismatch(rendered: Rendered
     pd = pd_rayservice(rendered)
     pd["spec"]["rayClusterConfig"]["headGroupSpec"]["rayStartParams"]["num-cpus"] = "4"
     assert heads_that_schedule_work(pd) != []
-    assert ray_version_mismatches(pd, "2.59.0") != []
+    assert ray_version_mismatches(pd, dockerfile_ray_version()) == []
+    pd["spec"]["rayClusterConfig"]["rayVersion"] = "2.59.0"
+    assert ray_version_mismatches(pd, dockerfile_ray_version()) != []
+    # The custom image instead of the DLC: its tag must be Dockerfile.ray's Ray and rayVersion's.
+    pd["spec"]["rayClusterConfig"]["rayVersion"] = dockerfile_ray_version()
     gpu_container(pd)["image"] = "pd-serve:ray2.59.0-gpu"
     assert ray_version_mismatches(pd, dockerfile_ray_version()) != []
+
+
+def test_the_walkthrough_runs_the_aws_ray_llm_dlc_and_cpu_the_custom_image(
+    rendered: Rendered,
+) -> None:
+    for overlay, image_prefix in [
+        ("eks-g6", "public.ecr.aws/deep-learning-containers/ray:serve-llm-cuda-v"),
+        ("cpu", "pd-serve:ray"),
+    ]:
+        for rayservice in by_kind(rendered[overlay], "RayService"):
+            images = {c["image"] for _, spec in pod_specs(rayservice) for c in spec["containers"]}
+            assert len(images) == 1 and images.pop().startswith(image_prefix), overlay
 
 
 def test_policy_catches_efa_across_zones_and_workers_off_it(rendered: Rendered) -> None:

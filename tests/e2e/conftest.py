@@ -23,8 +23,8 @@ def local_stack(request: pytest.FixtureRequest) -> LocalState:
 
 
 def gateway_config(stack: LocalState) -> dict[str, Any]:
-    """What ``local up`` writes for the gateway (``tiny-pd`` -> PD pool, ``tiny`` -> colocated),
-    with keys off: the stack is the subject here, keys are tested elsewhere."""
+    """What ``local up`` writes for the gateway (``tiny`` routed by prompt length, ``tiny-pd`` and
+    ``tiny-colocated`` pinned), with keys off: the stack is the subject here, not keys."""
     return {**local_gateway_config(stack), "auth": {"enabled": False}}
 
 

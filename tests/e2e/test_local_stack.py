@@ -7,6 +7,7 @@ log: it pulled the prompt's KV blocks from prefill over NIXL.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import urllib.request
@@ -18,13 +19,16 @@ import pytest
 from serve_app.doctor import KVEvidence, replica_logs, unique_prompt, wait_for_kv_evidence
 from serve_app.local import LocalState
 from tests.e2e.conftest import STACK_TIMEOUT
+from tests.e2e.stack import launcher_of
 from tests.gatewayproc import GatewayProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(STACK_TIMEOUT + 300)]
 
 MAX_TOKENS = 16
 # Which gateway model name reaches which pool (see conftest.gateway_config).
-POOLS = {"pd": "tiny-pd", "colocated": "tiny"}
+POOLS = {"pd": "tiny-pd", "colocated": "tiny-colocated"}
+# `local up`'s progress lines: "[  97.4s] deployment ready: pd/Prefill:tiny (1 replica(s))".
+PHASE_LINE = re.compile(r"^\[\s*(\d+\.\d)s\] ")
 
 
 def client(gateway: GatewayProcess) -> openai.OpenAI:
@@ -131,3 +135,23 @@ def test_doctor_proves_the_transfer_and_names_the_backend(local_stack: LocalStat
     assert result.returncode == 0, result.stdout + result.stderr
     assert "KV moved prefill -> decode: YES" in result.stdout
     assert "prefill ['UCX'], decode ['UCX']" in result.stdout
+
+
+def test_local_up_printed_a_timed_line_per_phase(
+    local_stack: LocalState, request: pytest.FixtureRequest
+) -> None:
+    launcher = launcher_of(request.config)
+    if launcher.reused:
+        pytest.skip("a reused stack was started outside this run")
+    lines = launcher.log_path.read_text(errors="replace").splitlines()
+    phases = [line.split("] ", 1)[1] for line in lines if PHASE_LINE.match(line)]
+    assert any(p.startswith("starting Ray") for p in phases), lines
+    ready = [p.split(": ", 1)[1].split(" ")[0] for p in phases if p.startswith("deployment ready")]
+    # Each engine deployment of both apps, each once, before the final ready line.
+    assert len(ready) == len(set(ready)), ready
+    for app, engine in [("pd", "Prefill"), ("pd", "Decode"), ("colocated", "LLMServer")]:
+        assert any(r.startswith(f"{app}/") and engine in r for r in ready), (app, engine, ready)
+    assert phases[-1] == "ready: pd, colocated"
+    matches = [PHASE_LINE.match(line) for line in lines]
+    seconds = [float(m[1]) for m in matches if m is not None]
+    assert seconds == sorted(seconds)

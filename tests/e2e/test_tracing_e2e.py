@@ -3,7 +3,7 @@ for the ingress, the decode replica and the prefill replica.
 
 Ray reads its tracing settings when its processes start, so this module adds them to the stack's
 environment (``STACK_ENV``) at collection, before the session's stack is launched: Ray Serve then
-exports with the gateway's own OTLP exporter set-up (``gateway.telemetry.export``) to a receiver
+exports through serve_app's hook (``serve_app.tracing``) to a receiver
 whose port is chosen now and which this module starts before its test runs.
 """
 
@@ -17,6 +17,7 @@ import pytest
 
 from serve_app.doctor import unique_prompt
 from serve_app.local import LocalState
+from serve_app.tracing import HOOK_PATH
 from tests.e2e.conftest import STACK_TIMEOUT, gateway_config
 from tests.e2e.stack import REUSE_ENV, STACK_ENV
 from tests.gatewayproc import GatewayProcess, free_port, start_gateway
@@ -25,8 +26,8 @@ from tests.otlpreceiver import ReceivedSpan, Receiver, start_receiver
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(STACK_TIMEOUT + 300)]
 
 RAY_SERVICE = "ray-serve-local"
-# Ray Serve's exporter hook: the gateway's own OTLP set-up, configured by the OTEL_* below.
-EXPORTER = "gateway.telemetry.export:span_processors_from_env"
+# Ray Serve's exporter hook (serve_app.tracing), configured by the OTEL_* below.
+EXPORTER = HOOK_PATH
 RECEIVER_PORT = free_port()
 STACK_ENV.update(
     {
