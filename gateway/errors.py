@@ -172,6 +172,14 @@ class UpstreamTimeout(GatewayError):
     default_code = "timeout"
 
 
+class RoutingStateUnavailable(GatewayError):
+    """The shared routing state (canary weights and rollbacks, in Redis) did not answer."""
+
+    status = 503
+    error_type = "server_error"
+    default_code = "routing_state_unavailable"
+
+
 class KeyStoreUnavailable(GatewayError):
     """A key had to be looked up and the key store did not answer: refused, never let through."""
 

@@ -3,6 +3,8 @@
 GET  /admin/routing                                      variants, weights, rollbacks, pools
 POST /admin/routing/reload                               re-read the config file (as SIGHUP)
 PUT  /admin/routing/models/{model}/variants/{variant}    {"weight": 10}: also lifts a rollback
+     (re-enabling: logged, counted in gateway_canary_reenables_total, shown under ``reenabled``;
+     with the Redis backend it reaches every replica, like the rollback itself)
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from gateway.errors import InvalidJSON, InvalidParameter, InvalidRequest, ModelN
 from gateway.routing.router import ModelRouter
 from gateway.runtime.reload import ConfigReloader
 from gateway.runtime.state import GatewayState
-from gateway.runtime.table import publish_weights, replica_status
+from gateway.runtime.table import replica_status
+from gateway.wire.outcome import PRINCIPAL_KEY
 
 
 def routing_admin_routes(state: GatewayState, reloader: ConfigReloader | None) -> list[BaseRoute]:
@@ -39,6 +42,7 @@ class RoutingAdmin:
     async def show(self, request: Request) -> Response:
         table = self.state.table
         body = {
+            "canary_judgement": self.state.canaries.describe(),
             "models": {name: _router_status(m.router) for name, m in table.models.items()},
             "pools": {
                 name: {
@@ -69,8 +73,10 @@ class RoutingAdmin:
         if route is None:
             raise ModelNotFound(model)
         weight = _weight_from(await request.body())
-        route.router.set_weight(request.path_params["variant"], weight)
-        publish_weights([route.router], self.state.routing_metrics)
+        principal = request.scope.get(PRINCIPAL_KEY)
+        by = principal.key_id if principal is not None else "admin"
+        variant = request.path_params["variant"]
+        await self.state.canaries.set_weight(route.router, variant, weight, by)
         return _json(_router_status(route.router))
 
 
@@ -93,6 +99,10 @@ def _router_status(router: ModelRouter) -> dict[str, Any]:
                 "weight": v.weight,
                 "configured_weight": v.config.weight,
                 "rolled_back": v.rolled_back,
+                "rollback": None
+                if v.rollback is None
+                else {**v.rollback.show(), "applied_at": v.rollback_applied_at},
+                "reenabled": None if v.reenabled is None else v.reenabled.show(),
                 "pools": {role.value: pool.name for role, pool in v.by_role.items()},
             }
             for v in router.variants.values()

@@ -8,12 +8,17 @@
   errors and 5xx before any byte reached the client, within a retry budget.
 - ``pools`` / ``breaker``: replicas, active health checks, a circuit breaker per replica.
 - ``canary``: rendezvous hashing of keys onto weighted variants; the sliding window and the
-  rollback rule (error rate or p95 time to first token worse than the baseline's by a margin).
+  rollback rule (error rate or p95 time to first token worse than the baseline's by a margin, or
+  past an absolute ceiling).
+- ``shared`` / ``shared_redis``: where the judgement is made: each router alone (in-process
+  limits), or one decision for the deployment from samples shared in the limits' Redis.
 - ``service``: the route stage the handler calls; ``table`` builds it all from a config;
   ``reload``: SIGHUP and ``POST /admin/routing/reload``; ``admin``: ``/admin/routing``.
 
 Every response says how it was served: ``x-gateway-pool``, ``x-gateway-variant`` and
 ``x-gateway-route-reason`` (``prompt_long``, ``prompt_short``, ``output_long``, ``hint``,
-``single_pool``, plus ``+failover_unhealthy|saturated|failed`` or ``+unavailable``), the same in
+``single_pool``, ``canary_failover`` (a canary attempt failed, the baseline served),
+``canary_rolled_back`` (the key's variant was rolled back), plus
+``+failover_unhealthy|saturated|failed`` or ``+unavailable``), the same in
 the access log (with ``prompt_tokens``), metrics and spans.
 """

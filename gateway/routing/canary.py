@@ -14,8 +14,10 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from gateway.routing.config import CanaryConfig
 
 _HASH_SPAN = float(1 << 64)
 
@@ -62,13 +64,7 @@ class SlidingWindow:
 
     def summary(self, now: float) -> WindowSummary:
         self._expire(now)
-        events = self._events
-        if not events:
-            return WindowSummary(0, 0.0, None)
-        errors = sum(1 for _, error, _ in events if error)
-        ttfts = sorted(t for _, _, t in events if t is not None)
-        p95 = ttfts[min(len(ttfts) - 1, math.ceil(0.95 * len(ttfts)) - 1)] if ttfts else None
-        return WindowSummary(len(events), errors / len(events), p95)
+        return summarise((error, ttft) for _, error, ttft in self._events)
 
     def clear(self) -> None:
         self._events.clear()
@@ -80,6 +76,37 @@ class SlidingWindow:
             events.popleft()
 
 
+def summarise(samples: Iterable[tuple[bool, float | None]]) -> WindowSummary:
+    """Request count, error rate and p95 TTFT of ``(error, ttft)`` samples: the one summary, for
+    this process's window and for the deployment's shared one alike."""
+    count = errors = 0
+    ttfts: list[float] = []
+    for error, ttft in samples:
+        count += 1
+        errors += error
+        if ttft is not None:
+            ttfts.append(ttft)
+    if not count:
+        return WindowSummary(0, 0.0, None)
+    ttfts.sort()
+    p95 = ttfts[min(len(ttfts) - 1, math.ceil(0.95 * len(ttfts)) - 1)] if ttfts else None
+    return WindowSummary(count, errors / count, p95)
+
+
+def verdict(candidate: WindowSummary, baseline: WindowSummary, config: CanaryConfig) -> str | None:
+    """:func:`rollback_reason` with a model's canary config."""
+    return rollback_reason(
+        candidate,
+        baseline,
+        min_requests=config.min_requests,
+        error_rate_margin=config.error_rate_margin,
+        ttft_p95_margin=config.ttft_p95_margin,
+        ttft_p95_min_delta=config.ttft_p95_min_delta_seconds,
+        error_rate_ceiling=config.error_rate_ceiling,
+        ttft_p95_ceiling=config.ttft_p95_ceiling_seconds,
+    )
+
+
 def rollback_reason(
     candidate: WindowSummary,
     baseline: WindowSummary,
@@ -88,13 +115,25 @@ def rollback_reason(
     error_rate_margin: float,
     ttft_p95_margin: float,
     ttft_p95_min_delta: float = 0.0,
+    error_rate_ceiling: float | None = None,
+    ttft_p95_ceiling: float | None = None,
 ) -> str | None:
     """Why the candidate variant must be rolled back, or None while it is no worse than allowed.
 
-    A candidate that fails everything never gets a first token; its error rate alone judges it.
+    The ceilings are absolute: past one, the candidate goes back whatever the baseline does (a
+    baseline as bad as the canary must not make the canary look fine). A candidate that fails
+    everything never gets a first token; its error rate alone judges it.
     """
     if candidate.requests < min_requests:
         return None
+    if error_rate_ceiling is not None and candidate.error_rate > error_rate_ceiling:
+        return f"error rate {candidate.error_rate:.3f} > ceiling {error_rate_ceiling:g}"
+    if (
+        ttft_p95_ceiling is not None
+        and candidate.ttft_p95 is not None
+        and candidate.ttft_p95 > ttft_p95_ceiling
+    ):
+        return f"p95 TTFT {candidate.ttft_p95:.3f}s > ceiling {ttft_p95_ceiling:g}s"
     if candidate.error_rate > baseline.error_rate + error_rate_margin and (
         baseline.requests >= min_requests or candidate.error_rate > error_rate_margin
     ):

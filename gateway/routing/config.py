@@ -74,7 +74,10 @@ class RoutingPolicy(_Strict):
 
 
 class CanaryConfig(_Strict):
-    """Automatic rollback: a variant worse than the baseline over the window loses its weight."""
+    """Automatic rollback: a variant worse than the baseline over the window, or past an absolute
+    ceiling, loses its weight. Until then an attempt that fails on it before the answer started
+    is retried on the baseline (within the retry budget). With the Redis limiter backend the
+    samples and the rollback are shared by every gateway replica (one decision)."""
 
     baseline: str = "stable"
     window_seconds: float = Field(60.0, gt=0)
@@ -87,6 +90,13 @@ class CanaryConfig(_Strict):
     this fraction (0.5: 50% slower)..."""
     ttft_p95_min_delta_seconds: float = Field(0.05, ge=0)
     """...and by at least this many seconds: at millisecond latencies, noise alone is 50%."""
+    error_rate_ceiling: float | None = Field(0.2, ge=0, le=1)
+    """Absolute guard: roll back when the variant's error rate passes this, whatever the
+    baseline's (a failed attempt that was failed over to the baseline counts as an error).
+    None turns it off."""
+    ttft_p95_ceiling_seconds: float | None = Field(10.0, gt=0)
+    """Absolute guard: roll back when the variant's p95 time to first token passes this many
+    seconds, whatever the baseline's. None turns it off."""
 
 
 class BreakerConfig(_Strict):

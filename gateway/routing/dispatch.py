@@ -1,9 +1,13 @@
 """Sending one request along a route plan: replica choice, failover, retries, passive health.
 
 An attempt that cannot connect, or that answers 5xx, is retried on another replica (of the same
-pool first, then the plan's next pool) while attempts and the retry budget last. Retries happen
-only here, before the response is handed to the relay, so never after a byte reached the client.
-The replica's breaker learns every outcome, the one of the relayed response included::
+pool first, then the plan's next pool) while attempts and the retry budget last. A canary's plan
+has a fallback, the baseline's plan: an attempt that fails on the canary (connect error, 5xx, no
+answer before the first-byte deadline) is retried there instead, within the same attempts and
+budget, and a canary with no replica that can take the request hands it to the baseline at once
+(no attempt made, no budget spent). Retries happen only here, before the response is handed to
+the relay, so never after a byte reached the client. The replica's breaker learns every outcome,
+the one of the relayed response included::
 
     attempt = await dispatcher.first_answer(plan, send_to, trail)
     try:
@@ -19,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from gateway.errors import GatewayError, NoHealthyUpstream
+from gateway.errors import GatewayError, NoHealthyUpstream, UpstreamTimeout
 from gateway.routing.config import RetryConfig
 from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.pools import Pool, Replica
@@ -88,33 +92,40 @@ class Dispatcher:
         pair with :meth:`finish`. Raises the gateway error of the last failed attempt."""
         self.budget.on_request()
         tried: list[Replica] = []
-        for number in range(1, self.max_attempts + 1):
-            pool, replica = self._take(plan, tried, trail)
+        number = 0
+        while True:
+            try:
+                pool, replica = self._take(plan, tried, trail)
+            except NoHealthyUpstream:
+                if plan.fallback is None:
+                    raise
+                plan = self._fail_over(plan, "unavailable")  # nothing was sent: free
+                continue
             tried.append(replica)
-            last = number == self.max_attempts
+            number += 1
+            last = number >= self.max_attempts
             try:
                 response = await send_to(pool, replica, plan.variant.upstream_model)
-            except UpstreamConnectError as err:
-                pool.give_back(replica)
-                pool.trip(replica, err.message)
-                if last or not self._may_retry(plan, pool, "connect", tried):
-                    raise
-                continue
             except BaseException as err:
-                pool.give_back(replica)
-                if isinstance(err, asyncio.CancelledError):
-                    replica.breaker.abandon()
-                elif isinstance(err, GatewayError):
-                    pool.record(replica, err.code or "error")
+                cause = _settle_failed(pool, replica, err)
+                if cause is None or last:
+                    raise
+                if self._may_fail_over(plan):
+                    plan = self._fail_over(plan, cause)
+                    continue
+                if cause == "connect" and self._may_retry(plan, pool, cause, tried):
+                    continue
                 raise
             if response.status < 500 or last:
                 return Attempt(pool, replica, response)
-            if not self._may_retry(plan, pool, "status_5xx", tried):
+            failing_over = self._may_fail_over(plan)
+            if not failing_over and not self._may_retry(plan, pool, "status_5xx", tried):
                 return Attempt(pool, replica, response)
             response.abort()
             pool.give_back(replica)
             pool.record(replica, f"status {response.status}")
-        raise AssertionError("unreachable: the last attempt returns or raises")
+            if failing_over:
+                plan = self._fail_over(plan, "status_5xx")
 
     @staticmethod
     def finish(attempt: Attempt, failure: str | None, *, abandoned: bool = False) -> None:
@@ -125,6 +136,20 @@ class Dispatcher:
             attempt.replica.breaker.abandon()
         else:
             attempt.pool.record(attempt.replica, failure)
+
+    def _may_fail_over(self, plan: RoutePlan) -> bool:
+        """A failed canary attempt may move to the baseline while the retry budget lasts."""
+        if plan.fallback is None:
+            return False
+        if not self.budget.try_spend():
+            self.metrics.retries_refused.labels(plan.model).inc()
+            return False
+        return True
+
+    def _fail_over(self, plan: RoutePlan, cause: str) -> RoutePlan:
+        assert plan.fallback is not None
+        self.metrics.failovers.labels(plan.model, plan.variant.name, cause).inc()
+        return plan.fallback
 
     def _may_retry(self, plan: RoutePlan, pool: Pool, cause: str, tried: list[Replica]) -> bool:
         if not _any_left(plan, tried):
@@ -149,6 +174,22 @@ class Dispatcher:
         why = reason if skipped is None else f"{reason}+failover_{skipped}"
         trail.append(RouteFacts(variant, pool.name, replica.label, why))  # credentials redacted
         return pool, replica
+
+
+def _settle_failed(pool: Pool, replica: Replica, err: BaseException) -> str | None:
+    """Free the replica of an attempt that raised and tell its breaker; the cause when the
+    request may go elsewhere (``connect``; ``timeout``, only to a canary's baseline)."""
+    pool.give_back(replica)
+    if isinstance(err, UpstreamConnectError):
+        pool.trip(replica, err.message)
+        return "connect"
+    if isinstance(err, asyncio.CancelledError):
+        replica.breaker.abandon()
+    elif isinstance(err, GatewayError):
+        pool.record(replica, err.code or "error")
+        if isinstance(err, UpstreamTimeout):
+            return "timeout"
+    return None
 
 
 def _pick(plan: RoutePlan, tried: list[Replica]) -> tuple[Pool, str, str | None]:

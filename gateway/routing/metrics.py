@@ -60,6 +60,25 @@ class RoutingMetrics:
             registry=r,
         )
         self.rollbacks = gateway.canary_rollbacks  # declared with the gateway's metrics
+        self.failovers = Counter(
+            "gateway_canary_failovers",
+            "Requests moved from a variant to its baseline before any byte reached the client, "
+            "by the variant they left and why (connect, status_5xx, timeout, unavailable)",
+            ["model", "variant", "cause"],
+            registry=r,
+        )
+        self.rolled_back = Gauge(
+            "gateway_variant_rolled_back",
+            "1 while the variant is rolled back (on every replica, whichever decided)",
+            ["model", "variant"],
+            registry=r,
+        )
+        self.reenables = Counter(
+            "gateway_canary_reenables",
+            "Rolled-back variants re-enabled by an operator",
+            ["model", "variant"],
+            registry=r,
+        )
         self.breaker_open = Gauge(
             "gateway_replica_breaker_open",
             "1 while the replica's circuit breaker is open or half-open",

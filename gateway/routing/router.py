@@ -10,6 +10,11 @@ is too long for colocated. The dispatcher skips pools that are unhealthy or satu
     variant = router.choose_variant(b"key-id", forced=None)
     plan = router.plan(variant, prompt_tokens=2000, max_tokens=64, hint=None)
     plan.pools  # [(pd pool, "prompt_long"), (colocated pool, "prompt_long")]
+    plan.fallback  # a canary's plan: the baseline's, tried when the canary fails first
+
+A canary's plan carries the baseline's plan as its ``fallback`` (reason ``canary_failover``): the
+dispatcher moves there when an attempt on the canary fails before the answer started. A key whose
+own variant was rolled back is served by the baseline with the reason ``canary_rolled_back``.
 """
 
 from __future__ import annotations
@@ -17,10 +22,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.errors import InvalidParameter
-from gateway.routing.canary import SlidingWindow, choose_variant, rollback_reason
+from gateway.routing.canary import SlidingWindow, choose_variant, verdict
 from gateway.routing.config import (
     CanaryConfig,
     ModelConfig,
@@ -38,6 +43,24 @@ DEFAULT_VARIANT = "default"
 
 _JUDGE_EVERY_SECONDS = 1.0  # a window summary sorts its TTFTs: not on every request
 
+MAX_UNSENT = 10_000
+FAILOVER = "canary_failover"
+ROLLED_BACK = "canary_rolled_back"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A rollback or a re-enabling, as ``GET /admin/routing`` shows it."""
+
+    at: float
+    """Wall-clock seconds."""
+    by: str
+    """The gateway replica that decided (a rollback) or the admin key (a re-enabling)."""
+    reason: str | None = None
+
+    def show(self) -> dict[str, object]:
+        return {"at": self.at, "by": self.by, "reason": self.reason}
+
 
 class Variant:
     """One version of a model: its pools, its live weight, and its recent outcomes."""
@@ -54,6 +77,16 @@ class Variant:
         self.config = config
         self.weight = config.weight
         self.rolled_back = False
+        self.held_weight = config.weight
+        """The weight it had when it was rolled back: whose keys it would serve."""
+        self.rollback: Event | None = None
+        self.rollback_applied_at: float | None = None
+        """When this replica took the variant out (wall clock), whoever decided."""
+        self.reenabled: Event | None = None
+        self.weight_event_at: float | None = None
+        """The shared operator weight this replica applied last (its wall-clock time)."""
+        self.unsent: list[tuple[bool, float | None]] = []
+        """Outcomes not yet pushed to the shared window (when judged from shared samples)."""
         self.upstream_model = config.upstream_model or upstream_model
         self.by_role = {
             role: pools[pool_name]
@@ -69,6 +102,8 @@ class RoutePlan:
     variant: Variant
     pools: tuple[tuple[Pool, str], ...]
     """Pools in the order to try them, each with its routing reason."""
+    fallback: RoutePlan | None = field(default=None)
+    """Where to go when the variant fails before the answer started: a canary's baseline."""
 
     @property
     def preferred(self) -> Pool:
@@ -97,7 +132,11 @@ class ModelRouter:
         }
         self._weighted = self._weights()
         self._judged_at = 0.0
-        self.on_rollback: Callable[[Variant, str], None] | None = None
+        self.judge_locally = True
+        """False when the deployment judges from shared samples (every replica's, in Redis)."""
+        self.on_rollback: Callable[[Variant, bool], None] | None = None
+        """Called on every rollback; the flag says whether it was decided here (once for the
+        whole deployment) or learnt from another replica."""
 
     @property
     def pools(self) -> list[Pool]:
@@ -120,13 +159,27 @@ class ModelRouter:
     def _weights(self) -> list[tuple[str, float]]:
         return [(v.name, v.weight) for v in self.variants.values()]
 
-    def set_weight(self, variant: str, weight: float) -> None:
-        """An operator's new weight; it also lifts an automatic rollback."""
+    @property
+    def baseline(self) -> Variant:
+        return self.variants[self._baseline]
+
+    def set_weight(self, variant: str, weight: float, by: str = "admin") -> bool:
+        """An operator's new weight; it also lifts an automatic rollback (True when it did)."""
         target = self.variant(variant)
-        target.weight = weight
+        lifted = target.rolled_back
+        target.weight = target.held_weight = weight
         target.rolled_back = False
+        if lifted:
+            target.reenabled = Event(time.time(), by)
+            logger.warning(
+                "canary re-enabled",
+                extra={
+                    "fields": {"model": self.name, "variant": variant, "weight": weight, "by": by}
+                },
+            )
         target.window.clear()
         self._weighted = self._weights()
+        return lifted
 
     def variant(self, name: str) -> Variant:
         try:
@@ -148,20 +201,58 @@ class ModelRouter:
             chosen = self._baseline
         return self.variants[chosen]
 
+    def diverted(self, sticky_key: bytes) -> bool:
+        """The key's own variant was rolled back (it is served elsewhere until re-enabled)."""
+        if not any(v.rolled_back for v in self.variants.values()):
+            return False
+        variants = self.variants.values()
+        held = [(v.name, v.held_weight if v.rolled_back else v.weight) for v in variants]
+        own = choose_variant(sticky_key, held)
+        return own is not None and self.variants[own].rolled_back
+
     def plan(
-        self, variant: Variant, prompt_tokens: int, max_tokens: int | None, hint: Role | None
+        self,
+        variant: Variant,
+        prompt_tokens: int,
+        max_tokens: int | None,
+        hint: Role | None,
+        *,
+        failover: bool = True,
+        via: str | None = None,
     ) -> RoutePlan:
+        """The variant's pools in order; a canary's plan (unless ``failover`` is off, as for a
+        forced variant) falls back to the baseline's. ``via`` names why this variant serves."""
+        order = self._order(variant, prompt_tokens, max_tokens, hint, via)
+        fallback = None
+        if failover and self.canary is not None and variant.name != self._baseline:
+            fallback = RoutePlan(
+                self.name,
+                self.baseline,
+                self._order(self.baseline, prompt_tokens, max_tokens, hint, FAILOVER),
+            )
+        return RoutePlan(self.name, variant, order, fallback)
+
+    def _order(
+        self,
+        variant: Variant,
+        prompt_tokens: int,
+        max_tokens: int | None,
+        hint: Role | None,
+        via: str | None,
+    ) -> tuple[tuple[Pool, str], ...]:
         by_role = variant.by_role
         if len(by_role) == 1:
             (pool,) = by_role.values()
-            return RoutePlan(self.name, variant, ((pool, "single_pool"),))
+            return ((pool, via or "single_pool"),)
         role, reason = self._preferred_role(prompt_tokens, max_tokens, hint)
+        if via is not None:
+            reason = f"{reason}+{via}"
         other = Role.COLOCATED if role is Role.PD else Role.PD
         order = [(by_role[role], reason)]
         limit = self.policy.colocated_max_prompt_tokens
         if other is Role.PD or limit is None or prompt_tokens <= limit:
             order.append((by_role[other], reason))
-        return RoutePlan(self.name, variant, tuple(order))
+        return tuple(order)
 
     def _preferred_role(
         self, prompt_tokens: int, max_tokens: int | None, hint: Role | None
@@ -185,38 +276,65 @@ class ModelRouter:
             return
         now = self._clock()
         variant.window.add(now, error, ttft)
-        if now - self._judged_at >= _JUDGE_EVERY_SECONDS:
+        if not self.judge_locally:
+            if len(variant.unsent) < MAX_UNSENT:  # bounded while the shared store is away
+                variant.unsent.append((error, ttft))
+        elif now - self._judged_at >= _JUDGE_EVERY_SECONDS:
             self._judged_at = now
             self._judge(now)
+
+    def candidates(self) -> list[Variant]:
+        """The variants a judgement may roll back: in the split, not the baseline."""
+        if self.canary is None:
+            return []
+        return [
+            v
+            for v in self.variants.values()
+            if v.name != self._baseline and not v.rolled_back and v.weight > 0
+        ]
 
     def _judge(self, now: float) -> None:
         canary = self.canary
         assert canary is not None
-        baseline = self.variants[canary.baseline].window.summary(now)
-        for variant in self.variants.values():
-            if variant.name == canary.baseline or variant.rolled_back or variant.weight <= 0:
-                continue
-            reason = rollback_reason(
-                variant.window.summary(now),
-                baseline,
-                min_requests=canary.min_requests,
-                error_rate_margin=canary.error_rate_margin,
-                ttft_p95_margin=canary.ttft_p95_margin,
-                ttft_p95_min_delta=canary.ttft_p95_min_delta_seconds,
-            )
+        baseline = self.baseline.window.summary(now)
+        for variant in self.candidates():
+            reason = verdict(variant.window.summary(now), baseline, canary)
             if reason is not None:
-                self._roll_back(variant, reason)
+                self.roll_back(variant, reason, "this replica", decided_here=True)
 
-    def _roll_back(self, variant: Variant, reason: str) -> None:
+    def roll_back(
+        self,
+        variant: Variant,
+        reason: str,
+        by: str,
+        *,
+        decided_here: bool,
+        decided_at: float | None = None,
+    ) -> None:
+        """Take the variant out of the split; ``decided_here`` False: another replica decided
+        (learnt from the shared state), so the decision is not counted twice."""
+        if variant.rolled_back:
+            return
+        variant.held_weight = variant.weight
         variant.weight = 0.0
         variant.rolled_back = True
+        variant.rollback = Event(decided_at or time.time(), by, reason)
+        variant.rollback_applied_at = time.time()
         self._weighted = self._weights()
         logger.warning(
             "canary rolled back",
-            extra={"fields": {"model": self.name, "variant": variant.name, "reason": reason}},
+            extra={
+                "fields": {
+                    "model": self.name,
+                    "variant": variant.name,
+                    "reason": reason,
+                    "decided_by": by,
+                    "decided_here": decided_here,
+                }
+            },
         )
         if self.on_rollback is not None:
-            self.on_rollback(variant, reason)
+            self.on_rollback(variant, decided_here)
 
     def carry_over(self, previous: ModelRouter) -> None:
         """After a config reload: keep rollbacks and recent outcomes of unchanged variants.
@@ -228,6 +346,9 @@ class ModelRouter:
             if old is None or old.config != variant.config:
                 continue
             variant.weight, variant.rolled_back = old.weight, old.rolled_back
+            variant.held_weight, variant.rollback = old.held_weight, old.rollback
+            variant.reenabled, variant.weight_event_at = old.reenabled, old.weight_event_at
+            variant.rollback_applied_at, variant.unsent = old.rollback_applied_at, old.unsent
             variant.window = old.window
         self._weighted = self._weights()
 

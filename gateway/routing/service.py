@@ -6,7 +6,10 @@ outcome (variant metrics, the canary's rollback window)::
     routing.observe(router, outcome)           # once, from the request's one outcome
 
 A request the client abandoned, or one the client got wrong (a 4xx), gives no verdict on the
-variant: one tenant cannot roll a canary back for everyone.
+variant: one tenant cannot roll a canary back for everyone. A request failed over from a canary to
+its baseline gives two: an error for the canary (its attempt failed, whatever came after), and
+the served request's for the baseline (without its time to first token, which includes the
+canary's failed attempt).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from gateway.asgi import Scope, header
 from gateway.routing.config import Role, RoutingPolicy
 from gateway.routing.dispatch import Dispatcher
 from gateway.routing.metrics import RoutingMetrics
-from gateway.routing.router import ModelRouter, RoutePlan, Variant
+from gateway.routing.router import ROLLED_BACK, ModelRouter, RoutePlan, Variant
 from gateway.tokens.counting import PromptTokens
 from gateway.wire.outcome import Outcome
 from gateway.wire.request import ParsedRequest
@@ -75,23 +78,30 @@ class Routing:
         prompt: PromptTokens,
     ) -> RoutePlan:
         """The variant and its pools in order; the prompt is counted only if length matters."""
-        variant = self._variant(router, scope, caller, request)
-        if len(variant.by_role) > 1:  # only then do length and hints matter
+        variant, forced, via = self._variant(router, scope, caller, request)
+        needs_length = len(variant.by_role) > 1 or (
+            not forced and router.canary is not None and len(router.baseline.by_role) > 1
+        )
+        if needs_length:  # only then do length and hints matter
             hint = self._hint(router.policy, scope, caller)
             tokens = prompt.count()
         else:
             hint, tokens = None, 0
-        return router.plan(variant, tokens, request.max_tokens, hint)
+        return router.plan(variant, tokens, request.max_tokens, hint, failover=not forced, via=via)
 
     def _variant(
         self, router: ModelRouter, scope: Scope, caller: Caller, request: ParsedRequest
-    ) -> Variant:
+    ) -> tuple[Variant, bool, str | None]:
+        """The variant, whether it was forced (no failover then: the caller asked for that
+        one), and why it serves when the key's own variant was rolled back."""
         if len(router.variants) == 1:
-            return router.choose_variant(b"", None)  # no key needed to pick the only one
+            return router.choose_variant(b"", None), False, None  # no key needed
         forced = header(scope, FORCE_VARIANT_HEADER)
         if forced is not None and may_steer(router.policy, caller):
-            return router.choose_variant(b"", forced.decode("latin-1"))
-        return router.choose_variant(sticky_key(scope, caller, request), None)
+            return router.choose_variant(b"", forced.decode("latin-1")), True, None
+        key = sticky_key(scope, caller, request)
+        chosen = router.choose_variant(key, None)
+        return chosen, False, ROLLED_BACK if router.diverted(key) else None
 
     def _hint(self, policy: RoutingPolicy, scope: Scope, caller: Caller) -> Role | None:
         value = header(scope, POOL_HINT_HEADER)
@@ -104,26 +114,39 @@ class Routing:
 
     def observe(self, router: ModelRouter, plan: RoutePlan, outcome: Outcome) -> None:
         """The variant's verdict from the request's outcome (none for client-caused ends)."""
-        if outcome.client_caused or not outcome.admitted:
+        if not outcome.admitted:
             return
-        variant, error = plan.variant, outcome.upstream_failed
+        variant = plan.variant
+        served = outcome.route.variant
+        failed_over = plan.fallback is not None and served == plan.fallback.variant.name
+        if failed_over:  # the canary's attempt failed, whatever the client did afterwards
+            self.metrics.variant_request(router.name, variant.name, "error").inc()
+            router.observe(variant, True, None)
+            assert plan.fallback is not None
+            variant = plan.fallback.variant
+        if outcome.client_caused:
+            return
+        error = outcome.upstream_failed
         model = router.name
         if outcome.route.pool is not None:
             self.metrics.decision(
                 model, variant.name, outcome.route.pool, outcome.route.reason or ""
             ).inc()
         self.metrics.variant_request(model, variant.name, "error" if error else "ok").inc()
-        ttft = outcome.time_to_first_token
-        if ttft is not None and not error:
+        # A failed-over request's TTFT includes the canary's failed attempt: not the baseline's.
+        ttft = None if error or failed_over else outcome.time_to_first_token
+        if ttft is not None:
             self.metrics.variant_first_token(model, variant.name).observe(ttft)
             rate = outcome.tokens_per_second
             if rate is not None and outcome.usage.source == "upstream":
                 self.metrics.variant_speed(model, variant.name).observe(rate)
-        router.observe(variant, error, None if error else ttft)
+        router.observe(variant, error, ttft)
 
-    def on_rollback(self, router: ModelRouter) -> Callable[[Variant, str], None]:
-        def rolled_back(variant: Variant, reason: str) -> None:
-            self.metrics.rollbacks.labels(router.name, variant.name).inc()
+    def on_rollback(self, router: ModelRouter) -> Callable[[Variant, bool], None]:
+        def rolled_back(variant: Variant, decided_here: bool) -> None:
+            if decided_here:  # counted once for the deployment, where it was decided
+                self.metrics.rollbacks.labels(router.name, variant.name).inc()
             self.metrics.variant_weight.labels(router.name, variant.name).set(0)
+            self.metrics.rolled_back.labels(router.name, variant.name).set(1)
 
         return rolled_back

@@ -61,7 +61,14 @@ class ConfigReloader:
     async def _apply(self, config: GatewayConfig, counters: dict[str, TokenCounter]) -> None:
         state = self.state
         old = state.table
-        new = build_table(config, state.upstream_factory, state.routing_metrics, old, counters)
+        new = build_table(
+            config,
+            state.upstream_factory,
+            state.routing_metrics,
+            old,
+            counters,
+            shared_canary=state.canaries.shared,
+        )
         fresh = [pool for name, pool in new.pools.items() if old.pools.get(name) is not pool]
         await state.watch_pools(fresh)  # first health check before taking traffic
         state.table = new  # the swap: requests started on ``old`` finish on it

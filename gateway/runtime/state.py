@@ -21,6 +21,9 @@ from gateway.limits.admission import RateLimiter
 from gateway.metrics import GatewayMetrics
 from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.pools import Pool, ProbeFn, check_forever, check_once
+from gateway.routing.router import ModelRouter
+from gateway.routing.shared import Canaries, LocalCanaries
+from gateway.routing.shared_redis import RedisCanaries
 from gateway.runtime.migrations import all_migrations
 from gateway.runtime.table import RoutingTable, UpstreamFactory, build_table
 from gateway.storage import Database
@@ -42,6 +45,8 @@ class GatewayState:
     database: Database
     auth: AuthService | None
     """None when ``auth.enabled`` is false: no keys asked, every model visible."""
+    canaries: Canaries
+    """Where canary judgements are made: each router's own, or the deployment's (Redis)."""
     started_at: int = field(default_factory=lambda: int(time.time()))
     _health_tasks: list[asyncio.Task[None]] = field(default_factory=list)
     tracing: Tracing = field(default_factory=lambda: build_tracing(TracingConfig(), {}))
@@ -52,7 +57,10 @@ class GatewayState:
     ) -> GatewayState:
         metrics = GatewayMetrics()
         routing_metrics = RoutingMetrics(metrics)
-        table = build_table(config, upstream_factory, routing_metrics)
+        canaries = build_canaries(config, routing_metrics)
+        table = build_table(
+            config, upstream_factory, routing_metrics, shared_canary=canaries.shared
+        )
         limiter = RateLimiter.build(config.limits, metrics)
         accounting = Accounting(config.accounting, limiter, metrics)
         database = Database.open(config.storage)
@@ -65,6 +73,7 @@ class GatewayState:
             accounting,
             database,
             build_auth(config.auth, config.storage, database),
+            canaries,
             tracing=build_tracing(config.tracing, os.environ),
         )
 
@@ -75,7 +84,11 @@ class GatewayState:
         if self.auth is not None:
             await self.auth.start()
         await self.watch_pools(self.table.pools.values())
+        await self.canaries.start(self._routers)
         await self.accounting.start(self.database)
+
+    def _routers(self) -> list[ModelRouter]:
+        return [route.router for route in self.table.models.values()]
 
     async def watch_pools(self, pools: Iterable[Pool]) -> None:
         """Check the pools' replicas once, then keep checking them (until :meth:`stop`, or until
@@ -93,6 +106,7 @@ class GatewayState:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._health_tasks.clear()
+        await self.canaries.aclose()
         for pool in self.table.pools.values():
             await pool.client.aclose()
         await self.accounting.stop()  # after the requests: flushes the ledger
@@ -100,6 +114,20 @@ class GatewayState:
             await self.auth.stop()  # flushes the keys' last-used times
         await self.database.close()  # last: the ledger and auth flush into it
         await asyncio.to_thread(self.tracing.shutdown)  # flush the spans still queued
+
+
+def build_canaries(config: GatewayConfig, metrics: RoutingMetrics) -> Canaries:
+    """The deployment's judge where the rate limits are shared (Redis); else each router's."""
+    limits = config.limits
+    if limits.enabled and limits.backend == "redis":
+        assert limits.redis_url is not None  # the config validator requires it
+        return RedisCanaries(
+            limits.redis_url,
+            prefix=limits.key_prefix + ":canary",
+            metrics=metrics,
+            timeout=limits.redis_timeout,
+        )
+    return LocalCanaries(metrics)
 
 
 def _probe_for(pool: Pool) -> ProbeFn:

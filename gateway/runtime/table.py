@@ -85,9 +85,12 @@ def build_table(
     routing_metrics: RoutingMetrics,
     previous: RoutingTable | None = None,
     counters: Mapping[str, TokenCounter] | None = None,
+    *,
+    shared_canary: bool = False,
 ) -> RoutingTable:
     """A table for ``config``; pools unchanged since ``previous`` are carried over as they are
-    (health, breakers, in-flight counts, client), new or changed ones get a fresh client."""
+    (health, breakers, in-flight counts, client), new or changed ones get a fresh client.
+    ``shared_canary``: the deployment judges canaries from shared samples, not each router."""
     kept = {} if previous is None else previous.pools
     pools: dict[str, Pool] = {}
     for name, pool_config in config.pools.items():
@@ -106,6 +109,7 @@ def build_table(
     for name, model in config.models.items():
         router = ModelRouter(name, model, pools)
         router.on_rollback = routing.on_rollback(router)
+        router.judge_locally = not shared_canary
         if previous is not None and name in previous.models:
             router.carry_over(previous.models[name].router)
         models[name] = ModelRoute(
@@ -136,6 +140,7 @@ def publish_weights(routers: Iterable[ModelRouter], metrics: RoutingMetrics) -> 
     for router in routers:
         for variant in router.variants.values():
             metrics.variant_weight.labels(router.name, variant.name).set(variant.weight)
+            metrics.rolled_back.labels(router.name, variant.name).set(int(variant.rolled_back))
 
 
 def replica_status(replica: Replica) -> dict[str, Any]:

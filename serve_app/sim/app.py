@@ -58,6 +58,7 @@ class SimApp:
         self.log = RequestLog(settings.max_records)
         self.timing = TimingModel(settings)
         self._id_prefix = os.urandom(4).hex()
+        self._served = 0  # model requests so far: the --fail-rate schedule
         self._chat = ChatWireFormat()
         self._text = WireFormat()
         self._models = models_body(settings.models, settings.max_model_len, int(time.time()))
@@ -185,6 +186,10 @@ class SimApp:
         record["body"] = body
         record["model"] = body.get("model")
         record["stream"] = bool(body.get("stream", False))
+        if self._scheduled_failure():
+            status = self.settings.fail_status
+            await _reject(send, record, status, f"simulated error (--fail-rate): status {status}")
+            return None
         steering = NO_STEERING
         if has_steering(headers):
             try:
@@ -195,6 +200,14 @@ class SimApp:
             if await _steer_without_answer(steering, receive, send, record):
                 return None
         return body, record, steering
+
+    def _scheduled_failure(self) -> bool:
+        rate = self.settings.fail_rate
+        if not rate:
+            return False
+        n = self._served
+        self._served += 1
+        return int((n + 1) * rate) > int(n * rate)
 
 
 async def _steer_without_answer(

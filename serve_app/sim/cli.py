@@ -64,6 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=d.max_records,
         help="request records kept for GET /sim/requests (the oldest are dropped)",
     )
+    p.add_argument(
+        "--fail-rate",
+        type=float,
+        default=d.fail_rate,
+        help="answer this fraction of model requests with --fail-status (an even, fixed "
+        "schedule; health checks still pass): a sick upstream",
+    )
+    p.add_argument("--fail-status", type=int, default=d.fail_status)
     p.add_argument("--log-level", default="warning")
     return p
 
@@ -79,6 +87,8 @@ def settings_from_args(args: argparse.Namespace) -> SimSettings:
         no_delay=args.no_delay,
         output_tokens=args.output_tokens,
         max_records=args.max_records,
+        fail_rate=args.fail_rate,
+        fail_status=args.fail_status,
     )
 
 

@@ -31,9 +31,15 @@ class SimSettings:
     embedding_dim: int = 32
     # Bounded so that a long benchmark does not grow the simulator's memory.
     max_records: int = 10_000
+    fail_rate: float = 0.0
+    """This fraction of model requests is answered with ``fail_status`` (health checks pass), on
+    an even deterministic schedule: request n fails when floor((n+1)*rate) > floor(n*rate)."""
+    fail_status: int = 500
 
     def __post_init__(self) -> None:
         if not self.models:
             raise ValueError("the simulator needs at least one model name")
+        if not 0.0 <= self.fail_rate <= 1.0 or not 400 <= self.fail_status <= 599:
+            raise ValueError("fail_rate must be in [0, 1] and fail_status an error status")
         if self.max_model_len < 1 or self.output_tokens < 1 or self.max_records < 1:
             raise ValueError("max_model_len, output_tokens and max_records must be positive")

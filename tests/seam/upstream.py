@@ -4,7 +4,8 @@ It implements the gateway's own ``UpstreamClient`` protocol (the seam ``create_a
 ``upstream_factory``), so the whole pipeline above it runs for real: parsing, auth, admission,
 routing, retries, the relay, settling, the ledger (SQLite), metrics and the access log. What it
 answers is read from the request itself: the body's ``script`` field (the gateway passes unknown
-fields through) names a :class:`Script`, registered by the test.
+fields through) names a :class:`Script`, registered by the test; ``NAME@HOST`` registers what
+the replica at HOST answers instead (one pool sick, the others not).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -53,7 +55,8 @@ class ScriptedUpstream:
             raise RuntimeError("send on a closed upstream client")  # a reload bug would show
         payload = orjson.loads(body)
         self.sent.append({"url": url, "headers": dict(headers), "payload": payload})
-        script = self.scripts[payload.get("script", "default")]
+        name = payload.get("script", "default")
+        script = self.scripts.get(f"{name}@{urlsplit(url).hostname}") or self.scripts[name]
         await asyncio.sleep(0)
         if script.kind == "connect_error":
             raise UpstreamConnectError("Could not connect to the upstream: refused.")

@@ -53,3 +53,15 @@ async def test_stream_options_without_stream_is_400_like_vllm(in_process_url: st
         r = await h.post("/v1/completions", json=body)
     assert r.status_code == 400
     assert r.json()["error"]["param"] == "stream_options"
+
+
+async def test_fail_rate_answers_that_share_with_the_fail_status_on_an_even_schedule() -> None:
+    app = create_sim_app(SimSettings(models=("m1",), no_delay=True, fail_rate=0.8))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://sim") as h:
+        statuses = [
+            (await h.post("/v1/completions", json={"model": "m1", "prompt": "p"})).status_code
+            for _ in range(10)
+        ]
+        assert (await h.get("/health")).status_code == 200  # health checks keep passing
+    assert statuses == [200, 500, 500, 500, 500] * 2

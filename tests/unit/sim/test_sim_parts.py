@@ -47,6 +47,8 @@ def test_settings_reject_nonsense() -> None:
         SimSettings(models=())
     with pytest.raises(ValueError, match="positive"):
         SimSettings(output_tokens=0)
+    with pytest.raises(ValueError, match="fail_rate"):
+        SimSettings(fail_rate=1.5)
 
 
 def test_command_line_builds_settings() -> None:

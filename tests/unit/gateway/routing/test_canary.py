@@ -6,7 +6,15 @@ from collections import Counter
 
 import pytest
 
-from gateway.routing.canary import SlidingWindow, WindowSummary, choose_variant, rollback_reason
+from gateway.routing.canary import (
+    SlidingWindow,
+    WindowSummary,
+    choose_variant,
+    rollback_reason,
+    summarise,
+    verdict,
+)
+from gateway.routing.config import CanaryConfig
 
 KEYS = [f"key-{i}".encode() for i in range(20000)]
 
@@ -81,3 +89,28 @@ def test_millisecond_noise_is_not_a_slow_canary() -> None:
     noisy = WindowSummary(30, 0.0, 0.004)  # 4x slower, but by 3 ms
     assert rollback_reason(noisy, fast, **RULES) is not None
     assert rollback_reason(noisy, fast, **RULES, ttft_p95_min_delta=0.05) is None
+
+
+def test_ceilings_roll_back_even_when_the_baseline_is_as_bad() -> None:
+    bad = WindowSummary(100, 0.3, 12.0)
+    assert rollback_reason(bad, bad, **RULES) is None  # relatively, no worse
+    by_errors = rollback_reason(bad, bad, **RULES, error_rate_ceiling=0.2)
+    assert by_errors is not None and "ceiling 0.2" in by_errors
+    by_ttft = rollback_reason(bad, bad, **RULES, ttft_p95_ceiling=10.0)
+    assert by_ttft is not None and "ceiling 10s" in by_ttft
+    few = WindowSummary(19, 1.0, 60.0)  # too few requests: no verdict, ceilings included
+    assert rollback_reason(few, bad, **RULES, error_rate_ceiling=0.2) is None
+
+
+def test_verdict_reads_the_configured_ceilings_and_their_defaults() -> None:
+    defaults = CanaryConfig()
+    assert (defaults.error_rate_ceiling, defaults.ttft_p95_ceiling_seconds) == (0.2, 10.0)
+    slow = WindowSummary(100, 0.0, 11.0)
+    assert verdict(slow, slow, defaults) is not None
+    assert verdict(slow, slow, CanaryConfig(ttft_p95_ceiling_seconds=None)) is None
+
+
+def test_summarise_is_the_window_summary() -> None:
+    assert summarise([]) == WindowSummary(0, 0.0, None)
+    summary = summarise([(True, None), (False, 0.1), (False, 0.3)])
+    assert summary == WindowSummary(3, pytest.approx(1 / 3), 0.3)  # type: ignore[arg-type]
