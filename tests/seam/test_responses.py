@@ -173,3 +173,15 @@ async def test_what_the_gateway_cannot_do_is_a_clear_400(
         assert error["param"] == param and words in error["message"]
         assert gw.upstreams[0].sent == []
     assert gw.ledger_rows() == []
+
+
+async def test_a_client_that_leaves_mid_stream_is_settled_once(tmp_path: Path) -> None:
+    scripts = {**SCRIPTS, "slow": Script(chunks=50, gap=0.005)}
+    async with running_gateway(tmp_path, scripts) as gw:
+        reply = await gw.call(RESPONSES, request("slow", stream=True), leave_after=3)
+        outcome = reply.outcome
+        assert outcome is not None and outcome.ending is Ending.CLIENT_GONE
+        assert outcome.usage.input_tokens == outcome.prompt_tokens  # counted from the messages
+        assert sum(gw.limiter.settled.values()) == 1 and gw.limiter.in_flight() == 0
+    (row,) = gw.ledger_rows()
+    assert row["status"] == 499 and row["operation"] == "responses"
