@@ -63,8 +63,14 @@ def _request_schema(
     }
 
 
-def _proxy_operation(summary: str, schema: str, streams: bool) -> dict[str, Any]:
-    ok: dict[str, Any] = {"application/json": {"schema": {"type": "object"}}}
+def _proxy_operation(
+    summary: str,
+    schema: str,
+    streams: bool,
+    answer: dict[str, Any] | None = None,
+    description: str | None = None,
+) -> dict[str, Any]:
+    ok: dict[str, Any] = {"application/json": {"schema": answer or {"type": "object"}}}
     if streams:
         ok["text/event-stream"] = _EVENT_STREAM
     responses: dict[str, Any] = {"200": {"description": "The upstream's answer", "content": ok}}
@@ -76,12 +82,89 @@ def _proxy_operation(summary: str, schema: str, streams: bool) -> dict[str, Any]
     return {
         "post": {
             "summary": summary,
+            **({} if description is None else {"description": description}),
             "requestBody": {
                 "required": True,
                 "content": {"application/json": {"schema": _ref(schema)}},
             },
             "responses": responses,
         }
+    }
+
+
+_RESPONSES_DESCRIPTION = (
+    "Translated to /v1/chat/completions upstream (a pool configured with `responses: native` "
+    "gets the body unchanged). With `stream: true` the answer is the Responses event stream "
+    "(response.created ... response.completed, or response.failed after an `error` event when "
+    "the upstream fails mid-stream), each event with an increasing `sequence_number`. The "
+    "gateway keeps no responses: `store: true`, `previous_response_id` and `conversation` are "
+    "refused with a 400, as are built-in tools (only tools of type `function` are served)."
+)
+
+
+def _responses_request() -> dict[str, Any]:
+    item = {"type": "object", "description": "message, function_call or function_call_output"}
+    return {
+        "type": "object",
+        "required": ["model", "input"],
+        "properties": {
+            "model": {"type": "string", "minLength": 1},
+            "input": {"oneOf": [{"type": "string"}, {"type": "array", "items": item}]},
+            "instructions": {"type": "string"},
+            "stream": {"type": "boolean"},
+            "max_output_tokens": _MAX_TOKENS,
+            "temperature": {"type": "number"},
+            "top_p": {"type": "number"},
+            "tools": {
+                "type": "array",
+                "maxItems": 128,
+                "items": {
+                    "type": "object",
+                    "required": ["type", "name"],
+                    "properties": {"type": {"const": "function"}, "name": {"type": "string"}},
+                },
+            },
+            "tool_choice": {"oneOf": [{"enum": ["auto", "none", "required"]}, {"type": "object"}]},
+            "parallel_tool_calls": {"type": "boolean"},
+            "text": {"type": "object", "description": "format: text, json_object or json_schema"},
+            "metadata": {
+                "type": "object",
+                "maxProperties": 16,
+                "additionalProperties": {"type": "string", "maxLength": 512},
+            },
+            "user": {"type": "string"},
+            "store": {"const": False},
+        },
+        "additionalProperties": True,
+    }
+
+
+def _response() -> dict[str, Any]:
+    usage = {
+        "type": "object",
+        "required": ["input_tokens", "output_tokens", "total_tokens"],
+        "properties": {
+            name: {"type": "integer"} for name in ("input_tokens", "output_tokens", "total_tokens")
+        },
+    }
+    return {
+        "type": "object",
+        "required": ["id", "object", "created_at", "status", "model", "output"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "response"},
+            "created_at": {"type": "integer"},
+            "status": {"enum": ["completed", "incomplete", "failed", "in_progress"]},
+            "model": {"type": "string"},
+            "output": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"type": {"enum": ["message", "function_call"]}},
+                },
+            },
+            "usage": usage,
+        },
     }
 
 
@@ -120,6 +203,13 @@ def openapi_document() -> dict[str, Any]:
             "/v1/chat/completions": _proxy_operation("Chat completion", "ChatRequest", True),
             "/v1/completions": _proxy_operation("Text completion", "CompletionRequest", True),
             "/v1/embeddings": _proxy_operation("Embeddings", "EmbeddingRequest", False),
+            "/v1/responses": _proxy_operation(
+                "Create a response (the OpenAI Responses API)",
+                "ResponsesRequest",
+                True,
+                answer=_ref("Response"),
+                description=_RESPONSES_DESCRIPTION,
+            ),
             "/v1/models": _get("Models the key may use", _ref("ModelList"), unauthorized),
             "/v1/models/{model}": retrieve,
             "/healthz": {"get": {**_get("Liveness", {"type": "object"})["get"], **public}},
@@ -142,6 +232,8 @@ def _schemas() -> dict[str, Any]:
         "ChatRequest": _request_schema("messages", {"type": "array", "minItems": 1}),
         "CompletionRequest": _request_schema("prompt", text_or_list),
         "EmbeddingRequest": _request_schema("input", text_or_list, streams=False),
+        "ResponsesRequest": _responses_request(),
+        "Response": _response(),
         "Model": {
             "type": "object",
             "required": ["id", "object", "created", "owned_by"],

@@ -52,6 +52,9 @@ class UsageRow:
     partial: bool
     correlation_id: str | None = None
     """The client's own ``x-request-id``, when it sent one (``request_id`` is the gateway's)."""
+    operation: str | None = None
+    """What the client asked for (``chat/completions``, ``responses``...): a Responses request
+    is billed like chat, and its row says which API it came through."""
 
 
 class LedgerStore(Protocol):

@@ -73,6 +73,12 @@ LEDGER_MIGRATIONS = (
         "usage ledger: the client's own x-request-id beside the gateway's request id",
         ("ALTER TABLE usage_ledger ADD COLUMN correlation_id TEXT",),
     ),
+    Migration(
+        "ledger",
+        3,
+        "usage ledger: the operation (chat/completions, responses...) each row was served as",
+        ("ALTER TABLE usage_ledger ADD COLUMN operation TEXT",),
+    ),
 )
 
 metadata = MetaData()
@@ -97,6 +103,7 @@ usage_ledger = Table(
     Column("status", Integer, nullable=False),
     Column("partial", Boolean, nullable=False),
     Column("correlation_id", Text),
+    Column("operation", Text),
 )
 
 

@@ -112,4 +112,5 @@ def ledger_row(outcome: Outcome) -> UsageRow:
         status=outcome.status,
         partial=usage.partial,
         correlation_id=outcome.arrival.correlation_id,
+        operation=None if outcome.operation is None else outcome.operation.value,
     )

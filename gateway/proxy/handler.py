@@ -24,6 +24,8 @@ from gateway.limits.admission import Reservation
 from gateway.proxy.disconnect import DisconnectWatch
 from gateway.proxy.record import Recorder
 from gateway.proxy.relay import Relay
+from gateway.responses.request import parse_responses
+from gateway.responses.translator import translator_for
 from gateway.routing.dispatch import Attempt, Dispatcher, Trail
 from gateway.routing.pools import Pool, Replica
 from gateway.routing.router import RoutePlan
@@ -72,12 +74,13 @@ class Exchanged:
 
 
 class ProxyEndpoint:
-    """A pure-ASGI endpoint for one OpenAI operation (chat, completions, embeddings)."""
+    """A pure-ASGI endpoint for one OpenAI operation (chat, completions, embeddings, responses)."""
 
     def __init__(self, operation: Operation, state: GatewayState) -> None:
         self.operation = operation
         self.state = state
-        self.path = "/v1/" + operation.value
+        self.path = "/v1/" + operation.upstream
+        self.native_path = "/v1/" + operation.value
         self.recorder = Recorder(state)
         server = state.config.server
         self.shape = BodyShape(server.max_json_containers, server.max_list_items)
@@ -106,8 +109,9 @@ class ProxyEndpoint:
         route: ModelRoute | None = None
         try:
             body = await read_body(scope, receive, server.max_body_bytes)
-            request = parse_request(self.operation, body, server.max_tokens_limit, self.shape)
+            request = self._parse(body, server.max_tokens_limit)
             route = table.route(request.model, principal)
+            # A translated request (Responses) is counted from its translation: what goes upstream.
             prompt = PromptTokens(route.counter, request.operation, request.payload)
             reservation = await self.state.accounting.admit(
                 arrival, principal, request, prompt, route.default_max_tokens
@@ -118,6 +122,11 @@ class ProxyEndpoint:
             self.recorder.refused(scope, arrival, request, route, relay.delivered())
             return None
         return Admitted(request, route, prompt, reservation)
+
+    def _parse(self, body: bytes, max_tokens_limit: int) -> ParsedRequest:
+        if self.operation is Operation.RESPONSES:
+            return parse_responses(body, max_tokens_limit, self.shape)
+        return parse_request(self.operation, body, max_tokens_limit, self.shape)
 
     async def _exchange(
         self,
@@ -183,16 +192,21 @@ class ProxyEndpoint:
 
         async def send_via(pool: Pool, replica: Replica, model: str | None) -> UpstreamResponse:
             headers = _upstream_headers(scope, arrival, pool)
-            body = request.with_model(model)
+            if _native(request, pool):  # the client's own body, to a pool that serves it
+                path, body = self.native_path, request.native_body(model)
+            else:
+                path, body = self.path, request.with_model(model)
             with attempts.sending(replica.label) as attempt:  # one client span per attempt
                 headers.extend(attempt.headers)  # its W3C traceparent
-                response = await pool.client.send(replica.url + self.path, headers, body)
+                response = await pool.client.send(replica.url + path, headers, body)
                 return attempt.answered(response)
 
         attempt = await table.routing.dispatcher.first_answer(plan, send_via, trail)
         headers = [*admitted.reservation.headers, *trail[-1].headers()]
+        native = _native(request, attempt.pool)
+        translator = translator_for(request, arrival.request_id, native=native)
         try:
-            clean = await relay.answer(attempt.response, headers)
+            clean = await relay.answer(attempt.response, headers, translator)
         except GatewayError as err:  # the whole answer failed before it was sent
             _finish(attempt, err.code or "error", reusable=False)
             raise
@@ -201,6 +215,11 @@ class ProxyEndpoint:
             raise
         _finish(attempt, _upstream_failure(attempt, relay), reusable=clean)
         return Ending.COMPLETE if clean else Ending.UPSTREAM_FAILED
+
+
+def _native(request: ParsedRequest, pool: Pool) -> bool:
+    """The pool serves the request's operation itself (a Responses request, untranslated)."""
+    return request.source is not None and pool.config.responses == "native"
 
 
 def _failed_before_answer(plan: RoutePlan | None) -> Ending:

@@ -8,13 +8,18 @@ was delivered is known however the exchange ends, a client that left mid-stream 
     relay = Relay(send, strip_usage=request.strip_usage)
     await relay.answer(response, headers)      # or: await relay.refuse(err, headers)
     relay.delivered()                          # -> Delivered
+
+A translated operation (the Responses API on a chat upstream) passes a :class:`ChunkTranslator`
+to :meth:`Relay.answer`: the meter still reads the upstream's own chunks (so the usage is the
+upstream's, whatever the client is sent) and the translator writes what the client gets. Without
+one, the chat path forwards the upstream's bytes as they came.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 
 import orjson
 
@@ -23,8 +28,28 @@ from gateway.errors import GatewayError, error_body
 from gateway.upstream.client import UpstreamResponse
 from gateway.wire.meter import StreamMeter
 from gateway.wire.outcome import Delivered
+from gateway.wire.usage import Usage, usage_from_upstream
 
 Header = tuple[bytes, bytes]
+
+
+class ChunkTranslator(Protocol):
+    """Rewrites an upstream answer for the client, event by event (gateway/responses/)."""
+
+    def opening(self) -> bytes:
+        """Sent as soon as the stream starts."""
+
+    def chunks(self, messages: Iterable[Mapping[str, Any]]) -> bytes:
+        """The bytes for the upstream's decoded events of one chunk."""
+
+    def closing(self, usage: Usage | None) -> bytes:
+        """The end of a clean stream, with the upstream's usage as the meter read it."""
+
+    def failing(self, err: GatewayError) -> bytes:
+        """The end of a stream the upstream broke."""
+
+    def whole(self, document: bytes, usage: Usage | None) -> bytes:
+        """A whole (non-streaming) 2xx answer."""
 
 
 class Relay:
@@ -43,12 +68,19 @@ class Relay:
         """The response has started: its status can no longer change."""
         return self.status != 0
 
-    async def answer(self, response: UpstreamResponse, headers: Iterable[Header]) -> bool:
+    async def answer(
+        self,
+        response: UpstreamResponse,
+        headers: Iterable[Header],
+        translator: ChunkTranslator | None = None,
+    ) -> bool:
         """Relay the upstream's answer; True if it ended cleanly (the connection is reusable)."""
         self.upstream_status = response.status
         if response.is_event_stream:
+            if translator is not None:
+                return await self._translated_stream(response, headers, translator)
             return await self._stream(response, headers)
-        await self._whole(response, headers)
+        await self._whole(response, headers, translator)
         return True
 
     async def refuse(self, err: GatewayError, headers: Iterable[Header]) -> None:
@@ -86,10 +118,44 @@ class Relay:
         await send({"type": "http.response.body", "body": meter.flush(), "more_body": False})
         return clean
 
-    async def _whole(self, response: UpstreamResponse, headers: Iterable[Header]) -> None:
+    async def _translated_stream(
+        self, response: UpstreamResponse, headers: Iterable[Header], translator: ChunkTranslator
+    ) -> bool:
+        """A stream rewritten event by event; the meter reads the upstream's own events."""
+        send, meter = self._send, self.meter
+        self.status = response.status
+        start = [*response.relay_headers(), *headers]
+        await send({"type": "http.response.start", "status": response.status, "headers": start})
+        await send({"type": "http.response.body", "body": translator.opening(), "more_body": True})
+        try:
+            async for chunk in response.chunks():
+                if self._first_byte_at is None:
+                    self._first_byte_at = time.perf_counter()
+                out = translator.chunks(meter.feed_decoded(chunk))
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+        except GatewayError as err:
+            self.error_code = err.code
+            end = translator.failing(err)
+            await send({"type": "http.response.body", "body": end, "more_body": False})
+            return False
+        end = translator.closing(self._upstream_usage())
+        await send({"type": "http.response.body", "body": end, "more_body": False})
+        return True
+
+    def _upstream_usage(self) -> Usage | None:
+        usage = self.meter.usage
+        return None if usage is None else usage_from_upstream(usage)
+
+    async def _whole(
+        self,
+        response: UpstreamResponse,
+        headers: Iterable[Header],
+        translator: ChunkTranslator | None = None,
+    ) -> None:
         """A non-streaming answer: read it whole (it is one JSON document), then send it. An
         error answer is put into the OpenAI envelope (an upstream's 5xx may carry a traceback:
-        only its status passes); a good one is forwarded byte for byte."""
+        only its status passes); a good one is forwarded byte for byte, or translated."""
         body = await response.read()
         self._first_byte_at = time.perf_counter()
         relayed = response.relay_headers()
@@ -97,6 +163,8 @@ class Relay:
             body = upstream_error_body(response.status, body)
             relayed = [h for h in relayed if h[0] != b"content-type"]
         self.meter.observe_document(body)
+        if translator is not None and 200 <= response.status < 300:
+            body = translator.whole(body, self._upstream_usage())
         content_type = next((v for k, v in relayed if k == b"content-type"), JSON)
         others = [h for h in relayed if h[0] != b"content-type"]
         self.status = response.status

@@ -194,6 +194,10 @@ class PoolConfig(_Strict):
     capacity: int | None = Field(None, gt=0)
     """Requests in flight (all replicas) above which the pool counts as saturated."""
     breaker: BreakerConfig = BreakerConfig()
+    responses: Literal["translate", "native"] = "translate"
+    """``POST /v1/responses``: translated to chat completions (Ray Serve LLM's ingress has no
+    Responses API), or ``native``: passed through unchanged to a pool that serves it (vLLM's
+    own server does)."""
 
     @field_validator("forward_headers")
     @classmethod

@@ -41,6 +41,7 @@ GEN_AI_OPERATION = {
     Operation.CHAT: "chat",
     Operation.COMPLETION: "text_completion",
     Operation.EMBEDDING: "embeddings",
+    Operation.RESPONSES: "chat",  # what the upstream is asked for (GenAI semantic conventions)
 }
 _CONTENT_FIELDS = ("messages", "prompt", "input")
 TraceHeaders = tuple[tuple[bytes, bytes], ...]

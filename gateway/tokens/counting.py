@@ -92,7 +92,7 @@ class TokenCounter:
         """Prompt tokens of a parsed request body; unknown shapes count as nothing (the upstream
         rejects them), so this never raises on a body that passed the parse stage."""
         tally = _Tally(self._count, self.config.max_exact_chars)
-        if operation is Operation.CHAT:
+        if operation.counted_as is Operation.CHAT:
             self._tally_chat(tally, payload)
         elif operation is Operation.COMPLETION:
             _tally_prompt(tally, payload.get("prompt"))

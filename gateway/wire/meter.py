@@ -77,6 +77,20 @@ class StreamMeter:
         # Only whole events are forwarded in stripping mode; the tail waits for its end.
         return b"\n\n".join(kept) + b"\n\n"
 
+    def feed_decoded(self, chunk: bytes) -> list[dict[str, Any]]:
+        """Meter one chunk; returns its complete events, decoded, for a translator (the
+        Responses API) that writes other bytes than the upstream's. Each event is parsed once,
+        for the meter and the translator alike."""
+        data = self._tail + chunk if self._tail else chunk
+        *complete, self._tail = data.split(b"\n\n")
+        decoded = []
+        for event in complete:
+            message = self._decode(event)
+            if message is not None:
+                self._meter_message(message)
+                decoded.append(message)
+        return decoded
+
     def delivered(
         self,
         *,
@@ -125,19 +139,30 @@ class StreamMeter:
 
     def _meter_event(self, event: bytes) -> bool:
         """Record one event; True if it is a usage-only event."""
+        message = self._decode(event)
+        return message is not None and self._meter_message(message)
+
+    def _decode(self, event: bytes) -> dict[str, Any] | None:
+        """One event's JSON object (None for ``[DONE]``, comments and what is not JSON)."""
         payload = _data_of(event)
         if payload is None:
-            return False
+            return None
         if payload == _DONE:
             self.done = True
-            return False
+            return None
         try:
             message = orjson.loads(payload)
         except orjson.JSONDecodeError:
-            return False
-        if not isinstance(message, dict):
-            return False
+            return None
+        return message if isinstance(message, dict) else None
+
+    def _meter_message(self, message: dict[str, Any]) -> bool:
+        """Record one decoded event; True if it is a usage-only event."""
         self.events += 1
+        kind = message.get("type")
+        if isinstance(kind, str) and kind.startswith("response."):
+            self._meter_response_event(kind, message)
+            return False
         if self.response_id is None:
             self.response_id = message.get("id")
             self.response_model = message.get("model")
@@ -149,6 +174,32 @@ class StreamMeter:
             self._meter_choices(choices)
             return False
         return isinstance(usage, dict)
+
+    def _meter_response_event(self, kind: str, message: dict[str, Any]) -> None:
+        """An event of the Responses API, from a pool that serves it natively."""
+        if kind == "response.output_text.delta" or kind.endswith("arguments.delta"):
+            delta = message.get("delta")
+            if isinstance(delta, str) and delta:
+                if kind == "response.output_text.delta":
+                    self.output_parts.append(delta)
+                now = self._clock()
+                if self.first_token_at is None:
+                    self.first_token_at = now
+                self.last_token_at = now
+                self.content_events += 1
+            return
+        response = message.get("response")
+        if not isinstance(response, dict):
+            return
+        if self.response_id is None:
+            self.response_id = response.get("id")
+            self.response_model = response.get("model")
+        usage = response.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+        status = response.get("status")
+        if kind != "response.in_progress" and kind != "response.created" and status:
+            self.finish_reasons.append(str(status))
 
     def _meter_choices(self, choices: list[Any]) -> None:
         produced = False

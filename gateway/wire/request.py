@@ -8,6 +8,7 @@ without a gateway release.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -20,15 +21,29 @@ from gateway.wire.usage import client_wants_usage, usage_requested
 
 
 class Operation(StrEnum):
-    """What a request asks for; the value is the upstream path below ``/v1``."""
+    """What a request asks for; the value is the client's path below ``/v1``."""
 
     CHAT = "chat/completions"
     COMPLETION = "completions"
     EMBEDDING = "embeddings"
+    RESPONSES = "responses"
+    """The Responses API: translated to chat completions upstream (gateway/responses/), or
+    passed through to a pool that serves it natively."""
+
+    @property
+    def upstream(self) -> str:
+        """The path below ``/v1`` the upstream gets (a translated operation's target)."""
+        return Operation.CHAT.value if self is Operation.RESPONSES else self.value
+
+    @property
+    def counted_as(self) -> Operation:
+        """How the prompt is counted: a translated request by what goes upstream."""
+        return Operation.CHAT if self is Operation.RESPONSES else self
 
 
 _REQUIRED_INPUT = {
     Operation.CHAT: "messages",
+    Operation.RESPONSES: "messages",  # parsed after translation (gateway/responses/request.py)
     Operation.COMPLETION: "prompt",
     Operation.EMBEDDING: "input",
 }
@@ -52,12 +67,23 @@ class ParsedRequest:
     strip_usage: bool = False
     """The gateway asked the upstream for the stream's usage chunk on the client's behalf: the
     relay strips it again."""
+    source: Mapping[str, Any] | None = None
+    """A translated request (Responses): the client's own body, which a pool that serves the
+    operation natively gets, and which the translated answer echoes. ``payload`` and ``body``
+    are then the translation (what is counted, routed and sent to other pools)."""
 
     def with_model(self, upstream_model: str | None) -> bytes:
         """The body for an upstream that knows the model by another name (or this body)."""
         if upstream_model is None or upstream_model == self.model:
             return self.body
         return orjson.dumps({**self.payload, "model": upstream_model})
+
+    def native_body(self, upstream_model: str | None) -> bytes:
+        """The client's own body (a translated request), for a pool that serves it natively."""
+        if self.source is None:
+            return self.with_model(upstream_model)
+        model = self.model if upstream_model is None else upstream_model
+        return orjson.dumps({**self.source, "model": model})
 
 
 async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
@@ -103,6 +129,11 @@ DEFAULT_SHAPE = BodyShape()
 def parse_request(
     operation: Operation, body: bytes, max_tokens_limit: int, shape: BodyShape = DEFAULT_SHAPE
 ) -> ParsedRequest:
+    return parse_payload(operation, load_object(body, shape), body, max_tokens_limit, shape)
+
+
+def load_object(body: bytes, shape: BodyShape = DEFAULT_SHAPE) -> dict[str, Any]:
+    """The body as a JSON object, or the 400 that says why not."""
     # Counting brackets over-counts those inside strings: a bound, never a wrong refusal of a
     # body within it. bytes.count runs in C, about 1 ms for 4 MiB.
     if body.count(b"{") + body.count(b"[") > shape.max_containers:
@@ -116,6 +147,17 @@ def parse_request(
         raise InvalidJSON(f"The request body is not valid JSON: {err}.") from None
     if not isinstance(payload, dict):
         raise InvalidJSON("The request body must be a JSON object.")
+    return payload
+
+
+def parse_payload(
+    operation: Operation,
+    payload: dict[str, Any],
+    body: bytes,
+    max_tokens_limit: int,
+    shape: BodyShape = DEFAULT_SHAPE,
+) -> ParsedRequest:
+    """Check what the gateway needs of a decoded body (``body`` its bytes, as forwarded)."""
     model = payload.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidParameter("`model` is required and must be a non-empty string.", param="model")
@@ -135,7 +177,7 @@ def parse_request(
             f"({shape.max_items}).",
             param=required,
         )
-    if operation is Operation.CHAT and (
+    if operation.counted_as is Operation.CHAT and (
         not isinstance(payload[required], list) or not payload[required]
     ):
         raise InvalidParameter("`messages` must be a non-empty array.", param="messages")

@@ -48,15 +48,17 @@ NOTHING = Usage(0, 0, 0, UsageSource.NONE)
 
 
 def usage_from_upstream(usage: Mapping[str, Any]) -> Usage:
-    """The upstream's ``usage`` block (OpenAI's field names)."""
-    details = usage.get("prompt_tokens_details")
+    """The upstream's ``usage`` block: chat and completions name its fields ``prompt_tokens``
+    and ``completion_tokens``, the Responses API (a pool serving it natively) ``input_tokens``
+    and ``output_tokens``."""
+    if "input_tokens" in usage and "prompt_tokens" not in usage:
+        details = usage.get("input_tokens_details")
+        prompt, completion = usage.get("input_tokens"), usage.get("output_tokens")
+    else:
+        details = usage.get("prompt_tokens_details")
+        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    return Usage(
-        _int(usage.get("prompt_tokens")),
-        _int(usage.get("completion_tokens")),
-        _int(cached),
-        UsageSource.UPSTREAM,
-    )
+    return Usage(_int(prompt), _int(completion), _int(cached), UsageSource.UPSTREAM)
 
 
 def settle_usage(

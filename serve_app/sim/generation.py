@@ -19,7 +19,7 @@ from serve_app.sim.plan import CompletionPlan
 from serve_app.sim.records import RequestRecord
 from serve_app.sim.settings import SimSettings
 from serve_app.sim.steering import Steering
-from serve_app.sim.wire import SSE_DONE, Completion, WireFormat
+from serve_app.sim.wire import SSE_DONE, ChatWireFormat, Completion, WireFormat
 
 
 class TimingModel:
@@ -99,7 +99,13 @@ async def stream_completion(g: Generation, send: Send, receive: Receive) -> None
     last = plan.max_tokens - 1
 
     async def emit(k: int) -> None:
-        chunk = wire.token_chunk(c, text.token_text(plan.seed, k), "length" if k == last else None)
+        if plan.tool_call is not None and isinstance(wire, ChatWireFormat):
+            finish = "tool_calls" if k == last else None
+            chunk = wire.tool_chunk(c, plan.tool_call, k, finish)
+        else:
+            chunk = wire.token_chunk(
+                c, text.token_text(plan.seed, k), "length" if k == last else None
+            )
         if k == 0 and wire.has_role_chunk:
             chunk = wire.role_chunk(c) + chunk
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -123,6 +129,14 @@ async def answer_completion(g: Generation, send: Send, receive: Receive) -> None
         await _abort(g, send, receive)
         return
     plan = g.plan
+    if plan.tool_call is not None and isinstance(g.wire, ChatWireFormat):
+        body = g.wire.tool_response(
+            g.completion, plan.tool_call, plan.prompt_tokens, plan.max_tokens
+        )
+        g.record["status"] = 200
+        await send_bytes(send, 200, body)
+        g.record["completed_at"] = time.time()
+        return
     body = g.wire.response(
         g.completion,
         text.output_text(plan.seed, plan.max_tokens),

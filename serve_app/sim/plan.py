@@ -11,6 +11,7 @@ from typing import Any
 
 from serve_app.sim import text
 from serve_app.sim.settings import SimSettings
+from serve_app.sim.tools import ToolCall, plan_tool_call
 
 
 class SimRequestError(Exception):
@@ -33,6 +34,8 @@ class CompletionPlan:
     seed: int
     stream: bool
     include_usage: bool
+    tool_call: ToolCall | None = None
+    """A function call instead of text (serve_app/sim/tools.py); its pieces are the tokens."""
 
 
 def resolve_model(body: dict[str, Any], settings: SimSettings) -> str:
@@ -91,11 +94,14 @@ def plan_completion(body: dict[str, Any], settings: SimSettings, chat: bool) -> 
             400, "Stream options can only be defined when `stream=True`.", "stream_options"
         )
     include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+    seed = text.prompt_seed(prompt)
+    tool_call = plan_tool_call(body, seed, max_tokens) if chat else None
     return CompletionPlan(
         model=model,
         prompt_tokens=prompt_tokens,
-        max_tokens=max_tokens,
-        seed=text.prompt_seed(prompt),
+        max_tokens=max_tokens if tool_call is None else len(tool_call.pieces),
+        seed=seed,
         stream=stream,
         include_usage=include_usage,
+        tool_call=tool_call,
     )

@@ -12,6 +12,8 @@ from typing import Any
 
 import orjson
 
+from serve_app.sim.tools import ToolCall
+
 SSE_DONE = b"data: [DONE]\n\n"
 
 # vLLM's error ``type`` per status; other statuses use the HTTP phrase, as vLLM does.
@@ -135,6 +137,41 @@ class ChatWireFormat(WireFormat):
             "logprobs": None,
             "finish_reason": finish_reason,
         }
+
+    def tool_chunk(self, c: Completion, call: ToolCall, k: int, finish_reason: str | None) -> bytes:
+        """Piece ``k`` of a function call's arguments; the first piece also names the call."""
+        function: dict[str, Any] = {"arguments": call.pieces[k]}
+        delta: dict[str, Any] = {"index": 0, "function": function}
+        if k == 0:
+            delta.update(id=call.id, type="function")
+            function["name"] = call.name
+        chunk = self._head(c, self.chunk_object_name)
+        chunk["choices"] = [
+            {
+                "index": 0,
+                "delta": {"tool_calls": [delta]},
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
+        ]
+        return sse(chunk)
+
+    def tool_response(
+        self, c: Completion, call: ToolCall, prompt_tokens: int, completion_tokens: int
+    ) -> bytes:
+        """A whole answer that calls a function, as vLLM answers it."""
+        body = self._head(c, self.object_name)
+        function = {"name": call.name, "arguments": call.arguments}
+        message = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": call.id, "type": "function", "function": function}],
+        }
+        body["choices"] = [
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": "tool_calls"}
+        ]
+        body["usage"] = usage(prompt_tokens, completion_tokens)
+        return orjson.dumps(body)
 
     def role_chunk(self, c: Completion) -> bytes:
         # vLLM opens every chat stream with an empty assistant delta.

@@ -38,6 +38,8 @@ class Script:
     failure: str = "reset"
     gap: float = 0.0
     """Seconds between chunks."""
+    tool_call: bool = False
+    """Answer with a call of the function ``lookup`` (its arguments in ``chunks`` pieces)."""
 
 
 @dataclass
@@ -63,6 +65,8 @@ class ScriptedUpstream:
         if script.kind == "timeout":
             raise UpstreamTimeout("The upstream did not answer within 1s.")
         include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
+        if url.endswith("/v1/responses"):  # a pool that serves the Responses API natively
+            return NativeResponse(script, bool(payload.get("stream")), include_usage)
         return FakeResponse(script, bool(payload.get("stream")), include_usage)
 
     async def probe(self, url: str, timeout_s: float) -> str | None:
@@ -98,7 +102,8 @@ class FakeResponse:
                 raise UpstreamError("The upstream connection failed mid-response: reset.")
             if script.gap:
                 await asyncio.sleep(script.gap)
-            yield _event({"id": "c1", "model": "m", "choices": [_delta(f"tok{i} ")]})
+            choice = _call_delta(i) if script.tool_call else _delta(f"tok{i} ")
+            yield _event({"id": "c1", "model": "m", "choices": [choice]})
         if self._include_usage and script.usage:
             usage = {"prompt_tokens": 11, "completion_tokens": script.chunks, "total_tokens": 0}
             yield _event({"id": "c1", "model": "m", "choices": [], "usage": usage})
@@ -112,6 +117,10 @@ class FakeResponse:
             return orjson.dumps({"error": error})
         usage = {"prompt_tokens": 11, "completion_tokens": self.script.chunks}
         choice = {"index": 0, "message": {"role": "assistant", "content": "hi"}}
+        if self.script.tool_call:
+            call = {"id": "call_1", "type": "function", "function": _CALL}
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
+            choice = {"index": 0, "message": message, "finish_reason": "tool_calls"}
         return orjson.dumps({"id": "c1", "model": "m", "choices": [choice], "usage": usage})
 
     async def read(self) -> bytes:
@@ -122,6 +131,44 @@ class FakeResponse:
 
     def release(self) -> None:
         self.released = True
+
+
+class NativeResponse(FakeResponse):
+    """The Responses API as a native server streams it (text deltas, usage in the last event)."""
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        if not self.is_event_stream:
+            yield orjson.dumps(self._response("completed"))
+            return
+        yield _event({"type": "response.created", "response": self._response("in_progress")})
+        for i in range(self.script.chunks):
+            yield _event({"type": "response.output_text.delta", "delta": f"tok{i} "})
+        yield _event({"type": "response.completed", "response": self._response("completed")})
+
+    def _response(self, status: str) -> dict[str, object]:
+        usage = {"input_tokens": 13, "output_tokens": self.script.chunks, "total_tokens": 0}
+        done = status == "completed"
+        return {
+            "id": "resp_native",
+            "model": "m",
+            "status": status,
+            "usage": usage if done else None,
+        }
+
+
+_CALL = {"name": "lookup", "arguments": '{"city": "Oslo"}'}
+
+
+def _call_delta(i: int) -> dict[str, object]:
+    """Piece ``i`` of the call: the first names it, each carries a slice of the arguments."""
+    arguments = str(_CALL["arguments"])
+    size = len(arguments) // 3 + 1
+    function: dict[str, object] = {"arguments": arguments[i * size : (i + 1) * size]}
+    call: dict[str, object] = {"index": 0, "function": function}
+    if i == 0:
+        call.update(id="call_1", type="function")
+        function["name"] = _CALL["name"]
+    return {"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}
 
 
 def _delta(text: str) -> dict[str, object]:

@@ -86,6 +86,9 @@ def test_openapi_document(gateway: GatewayProcess) -> None:
     doc = httpx.get(gateway.url + "/openapi.json").json()
     assert doc["openapi"].startswith("3.")
     assert {"/v1/chat/completions", "/v1/completions", "/v1/models"} <= set(doc["paths"])
+    responses = doc["paths"]["/v1/responses"]["post"]
+    assert "text/event-stream" in responses["responses"]["200"]["content"]
+    assert doc["components"]["schemas"]["ResponsesRequest"]["required"] == ["model", "input"]
 
 
 def test_sigterm_lets_in_flight_streams_finish(tmp_path: Path) -> None:
