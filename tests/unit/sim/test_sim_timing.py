@@ -62,9 +62,11 @@ async def test_header_overrides_shape_one_request(timed_sim: SimProcess) -> None
     headers = {"x-sim-ttft-ms": "250", "x-sim-itl-ms": "80"}
     ttft, arrivals = await stream_timings(timed_sim, "hi", 3, headers)
     assert ttft >= 0.250
-    assert min(gaps(arrivals)) >= 0.075
+    # The span of the decode, not each gap: a busy machine may deliver two chunks in one read,
+    # which shortens one gap and lengthens the next, never the whole.
+    assert arrivals[-1] - arrivals[0] >= 2 * 0.080 * 0.95
     plain_ttft, _ = await stream_timings(timed_sim, "hi", 1)
-    assert plain_ttft < 0.2
+    assert plain_ttft < ttft - 0.1  # the headers shaped that one request only
 
 
 async def test_concurrent_decodes_slow_each_other(timed_sim: SimProcess) -> None:
