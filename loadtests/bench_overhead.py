@@ -46,6 +46,13 @@ UNPINNED = False
 _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
 
 
+@dataclass(frozen=True)
+class Target:
+    url: str
+    pid: int | None
+    api_key: str = "none"
+
+
 @dataclass
 class Result:
     target: str
@@ -114,7 +121,7 @@ def start_sim(procs: Processes, kind: str) -> str:
     return line.split()[-1]
 
 
-def start_floor(procs: Processes, upstream: str, client: str) -> tuple[str, int]:
+def start_floor(procs: Processes, upstream: str, client: str) -> Target:
     port = free_port()
     procs.start(
         PROXY_CORE,
@@ -129,7 +136,7 @@ def start_floor(procs: Processes, upstream: str, client: str) -> tuple[str, int]
     )
     url = f"http://127.0.0.1:{port}"
     wait_http(url)
-    return url, procs.procs[-1].pid
+    return Target(url, procs.procs[-1].pid)
 
 
 def gateway_config(
@@ -152,13 +159,22 @@ def gateway_config(
 
 
 def start_gateway(
-    procs: Processes, upstream: str, workdir: Path, full: bool, workers: int = 1
-) -> tuple[str, int]:
+    procs: Processes,
+    upstream: str,
+    workdir: Path,
+    full: bool,
+    workers: int = 1,
+    tree: Path | None = None,
+) -> Target:
+    """``tree``: run the gateway of another source tree (a git worktree of an older commit):
+    its folder is the working directory and PYTHONPATH, so ``python -m gateway`` is its code."""
     port = free_port()
-    path = workdir / f"gateway-{port}.yaml"
+    workdir = workdir / str(port)
+    workdir.mkdir()
+    path = workdir / "gateway.yaml"
     path.write_text(yaml.safe_dump(gateway_config(port, upstream, workdir, full, workers)))
-    if full:
-        os.environ["WRK_API_KEY"] = bootstrap_key(path)
+    env = os.environ if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
+    key = bootstrap_key(path, env, tree) if full else "none"
     log = (workdir / f"gateway-{port}.log").open("wb")
     proc = subprocess.Popen(
         [
@@ -174,19 +190,23 @@ def start_gateway(
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
+        env=env,
+        cwd=tree,
     )
     procs.procs.append(proc)
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/healthz")
-    return url, proc.pid
+    return Target(url, proc.pid, key)
 
 
-def bootstrap_key(config: Path) -> str:
+def bootstrap_key(config: Path, env: os._Environ[str] | dict[str, str], tree: Path | None) -> str:
     cli = [PYTHON, "-m", "gateway"]
     subprocess.run(
         [*cli, "tenants", "create", "--config", str(config), "bench"],
         check=True,
         capture_output=True,
+        env=env,
+        cwd=tree,
     )
     return subprocess.run(
         [
@@ -204,15 +224,18 @@ def bootstrap_key(config: Path) -> str:
         check=True,
         capture_output=True,
         text=True,
+        env=env,
+        cwd=tree,
     ).stdout.strip()
 
 
 def wrk(
-    url: str, concurrency: int, seconds: float, stream: bool
+    url: str, concurrency: int, seconds: float, stream: bool, api_key: str = "none"
 ) -> tuple[float, float, float, int]:
     """requests/s, p50 and p99 latency (ms), and the request count, from one wrk run."""
     env = {
         **os.environ,
+        "WRK_API_KEY": api_key,
         "WRK_STREAM": "1" if stream else "0",
         "WRK_MAX_TOKENS": "32" if stream else "16",
     }
@@ -248,7 +271,9 @@ def _ms(text: str) -> float:
     return float(number) * _UNITS[unit] * 1000
 
 
-async def probe_ttfb(url: str, stream: bool, requests: int) -> tuple[float, float, float, float]:
+async def probe_ttfb(
+    url: str, stream: bool, requests: int, api_key: str = "none"
+) -> tuple[float, float, float, float]:
     """Sequential requests: p50/p99 time to first body byte and p50/p99 total (ms)."""
     body = {
         "model": MODEL,
@@ -257,7 +282,7 @@ async def probe_ttfb(url: str, stream: bool, requests: int) -> tuple[float, floa
         "stream": stream,
     }
     ttfb, total = [], []
-    headers = {"authorization": "Bearer " + os.environ.get("WRK_API_KEY", "none")}
+    headers = {"authorization": "Bearer " + api_key}
     async with aiohttp.ClientSession(headers=headers) as session:
         for i in range(requests + 50):
             start = time.perf_counter()
@@ -307,36 +332,53 @@ def descendants(pid: int) -> list[int]:
 
 
 def run_matrix(
-    targets: dict[str, tuple[str, int | None]],
+    targets: dict[str, Target],
     seconds: float,
     probes: int,
     concurrencies: list[int],
+    rounds: int = 1,
 ) -> list[Result]:
+    """Every cell for every target in turn, ``rounds`` times; each cell's median round (by CPU
+    per request, else requests/s). Interleaving keeps a shared machine's drifting load about
+    equal for every target."""
     results = []
     for stream in (False, True):
         mode = "stream" if stream else "json"
         for concurrency in concurrencies:
-            for name, (url, pid) in targets.items():
-                wrk(url, concurrency, 1, stream)  # warm-up: pools, caches
-                cpu_before = cpu_seconds(pid) if pid else 0.0
-                rps, p50, p99, count = wrk(url, concurrency, seconds, stream)
-                result = Result(name, mode, concurrency, rps, p50, p99)
-                if pid:
-                    result.cpu_us_per_request = (cpu_seconds(pid) - cpu_before) / count * 1e6
-                if concurrency == 1:
-                    t50, t99, _, _ = asyncio.run(probe_ttfb(url, stream, probes))
-                    result.ttfb_p50_ms, result.ttfb_p99_ms = t50, t99
-                results.append(result)
-                print(json.dumps(asdict(result)), file=sys.stderr)
+            runs: dict[str, list[Result]] = {name: [] for name in targets}
+            for _ in range(rounds):
+                for name, target in targets.items():
+                    runs[name].append(one_cell(name, target, mode, concurrency, seconds, probes))
+            for cell in runs.values():
+                cell.sort(key=lambda r: r.cpu_us_per_request or -r.rps)
+                results.append(cell[len(cell) // 2])
+                print(json.dumps(asdict(cell[len(cell) // 2])), file=sys.stderr)
     return results
 
 
-def memory_run(url: str, pid: int | None, total: int) -> list[tuple[int, float]]:
+def one_cell(
+    name: str, target: Target, mode: str, concurrency: int, seconds: float, probes: int
+) -> Result:
+    stream = mode == "stream"
+    wrk(target.url, concurrency, 1, stream, target.api_key)  # warm-up: pools, caches
+    cpu_before = cpu_seconds(target.pid) if target.pid else 0.0
+    rps, p50, p99, count = wrk(target.url, concurrency, seconds, stream, target.api_key)
+    result = Result(name, mode, concurrency, rps, p50, p99)
+    if target.pid:
+        result.cpu_us_per_request = (cpu_seconds(target.pid) - cpu_before) / count * 1e6
+    if concurrency == 1 and probes:
+        t50, t99, _, _ = asyncio.run(probe_ttfb(target.url, stream, probes, target.api_key))
+        result.ttfb_p50_ms, result.ttfb_p99_ms = t50, t99
+    return result
+
+
+def memory_run(target: Target, total: int) -> list[tuple[int, float]]:
+    pid = target.pid
     assert pid is not None
     samples = [(0, rss_mb(pid))]
     served = 0
     while served < total:
-        _, _, _, count = wrk(url, 64, 5, stream=False)
+        _, _, _, count = wrk(target.url, 64, 5, False, target.api_key)
         served += count
         samples.append((served, rss_mb(pid)))
     return samples
@@ -411,6 +453,14 @@ def main() -> None:
     parser.add_argument(
         "--profile", type=Path, help="instead of the matrix: py-spy of gateway-full into DIR"
     )
+    parser.add_argument(
+        "--tree",
+        action="append",
+        default=[],
+        metavar="LABEL=PATH",
+        help="also measure the gateways of another source tree (a worktree of an older commit)",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="each cell's median of N rounds")
     args = parser.parse_args()
     global UNPINNED
     UNPINNED = args.workers > 1
@@ -427,17 +477,23 @@ def main() -> None:
                 profile(full, args.profile, args.seconds)
                 return
             wanted = args.targets.split(",")
-            targets: dict[str, tuple[str, int | None]] = {"direct": (sim, None)}
+            targets: dict[str, Target] = {"direct": Target(sim, None)}
             if "floor" in wanted:
                 targets["floor"] = start_floor(procs, sim, "aiohttp")
-            if "gateway" in wanted:
-                targets["gateway"] = start_gateway(procs, sim, Path(tmp), False, args.workers)
-            if "gateway-full" in wanted:
-                targets["gateway-full"] = start_gateway(procs, sim, Path(tmp), True, args.workers)
+            trees = [
+                ("", None),
+                *((t.split("=", 1)[0] + ":", Path(t.split("=", 1)[1])) for t in args.tree),
+            ]
+            for label, tree in trees:
+                for name, full in (("gateway", False), ("gateway-full", True)):
+                    if name in wanted:
+                        targets[label + name] = start_gateway(
+                            procs, sim, Path(tmp), full, args.workers, tree
+                        )
             concurrencies = [int(c) for c in args.concurrency.split(",")]
-            results = run_matrix(targets, args.seconds, args.probes, concurrencies)
+            results = run_matrix(targets, args.seconds, args.probes, concurrencies, args.rounds)
             memory = (
-                memory_run(*targets["gateway-full"], args.memory_requests)
+                memory_run(targets["gateway-full"], args.memory_requests)
                 if args.memory_requests and "gateway-full" in targets
                 else []
             )
@@ -451,16 +507,16 @@ def main() -> None:
         procs.stop()
 
 
-def profile(target: tuple[str, int | None], out: Path, seconds: float) -> None:
+def profile(target: Target, out: Path, seconds: float) -> None:
     """py-spy samples of the gateway under wrk at concurrency 64, JSON then SSE, as collapsed
     stacks (``stage_breakdown.py`` sorts them into the pipeline's stages); plus the CPU time per
     request of the same run, to turn shares into microseconds."""
-    url, pid = target
+    url, pid = target.url, target.pid
     assert pid is not None
     out.mkdir(parents=True, exist_ok=True)
     for stream in (False, True):
         mode = "stream" if stream else "json"
-        wrk(url, 64, 2, stream)
+        wrk(url, 64, 2, stream, target.api_key)
         spy = subprocess.Popen(
             [
                 str(Path(PYTHON).parent / "py-spy"),
@@ -481,7 +537,7 @@ def profile(target: tuple[str, int | None], out: Path, seconds: float) -> None:
         )
         time.sleep(0.5)
         cpu_before = cpu_seconds(pid)
-        rps, _, _, count = wrk(url, 64, seconds - 1, stream)
+        rps, _, _, count = wrk(url, 64, seconds - 1, stream, target.api_key)
         cpu = (cpu_seconds(pid) - cpu_before) / count * 1e6
         spy.wait()
         (out / f"{mode}.json").write_text(json.dumps({"rps": rps, "cpu_us_per_request": cpu}))
@@ -491,7 +547,7 @@ def profile(target: tuple[str, int | None], out: Path, seconds: float) -> None:
 def compare_clients(procs: Processes, sim: str, seconds: float) -> None:
     print("| client | mode | conc | req/s | p50 ms | p99 ms |\n|---|---|---|---|---|---|")
     for client in ("aiohttp", "httpx-aiohttp", "httpx"):
-        url, _ = start_floor(procs, sim, client)
+        url = start_floor(procs, sim, client).url
         for stream in (False, True):
             for concurrency in (1, 64):
                 wrk(url, concurrency, 1, stream)
