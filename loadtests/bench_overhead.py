@@ -121,7 +121,7 @@ def start_sim(procs: Processes, kind: str) -> str:
     return line.split()[-1]
 
 
-def start_floor(procs: Processes, upstream: str, client: str) -> Target:
+def start_floor(procs: Processes, upstream: str, client: str, server: str = "uvicorn") -> Target:
     port = free_port()
     procs.start(
         PROXY_CORE,
@@ -133,6 +133,8 @@ def start_floor(procs: Processes, upstream: str, client: str) -> Target:
         str(port),
         "--client",
         client,
+        "--server",
+        server,
     )
     url = f"http://127.0.0.1:{port}"
     wait_http(url)
@@ -175,18 +177,14 @@ def start_gateway(
     path.write_text(yaml.safe_dump(gateway_config(port, upstream, workdir, full, workers)))
     env = os.environ if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
     key = bootstrap_key(path, env, tree) if full else "none"
+    command = [PYTHON, "-m", "gateway", "run", "--config", str(path)]
     log = (workdir / f"gateway-{port}.log").open("wb")
     proc = subprocess.Popen(
         [
             "taskset",
             "-c",
             PROXY_CORE if workers == 1 else "0,1",
-            PYTHON,
-            "-m",
-            "gateway",
-            "run",
-            "--config",
-            str(path),
+            *command,
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -461,6 +459,9 @@ def main() -> None:
         help="also measure the gateways of another source tree (a worktree of an older commit)",
     )
     parser.add_argument("--rounds", type=int, default=1, help="each cell's median of N rounds")
+    parser.add_argument(
+        "--granian", action="store_true", help="also the floor on granian's ASGI server"
+    )
     args = parser.parse_args()
     global UNPINNED
     UNPINNED = args.workers > 1
@@ -490,6 +491,8 @@ def main() -> None:
                         targets[label + name] = start_gateway(
                             procs, sim, Path(tmp), full, args.workers, tree
                         )
+            if args.granian:
+                targets["granian-floor"] = start_floor(procs, sim, "aiohttp", "granian")
             concurrencies = [int(c) for c in args.concurrency.split(",")]
             results = run_matrix(targets, args.seconds, args.probes, concurrencies, args.rounds)
             memory = (
