@@ -8,7 +8,7 @@ Nothing happens at import time; every piece of state hangs off the app built her
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -127,7 +127,7 @@ class GatewayApp(Starlette):
     lifespan) takes Starlette's full stack, so 404, 405 and the admin API are unchanged.
     """
 
-    def __init__(self, proxies: dict[str, ASGIApp], **kwargs: object) -> None:
+    def __init__(self, proxies: Mapping[str, ASGIApp], **kwargs: object) -> None:
         self.proxies = proxies
         super().__init__(**kwargs)  # type: ignore[arg-type]
 
@@ -151,7 +151,7 @@ class _ProxyPaths:
     __slots__ = ("proxied", "proxies", "rest")
 
     def __init__(
-        self, proxies: dict[str, ASGIApp], rest: ASGIApp, proxied: ASGIApp | None = None
+        self, proxies: Mapping[str, ASGIApp], rest: ASGIApp, proxied: ASGIApp | None = None
     ) -> None:
         self.proxies, self.rest, self.proxied = proxies, rest, proxied
 
