@@ -91,6 +91,7 @@ class Processes:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self, core: str, *cmd: str) -> subprocess.Popen[bytes]:
+        core = "0,1" if UNPINNED else core
         proc = subprocess.Popen(
             ["taskset", "-c", core, *cmd], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
         )
@@ -183,7 +184,7 @@ def start_gateway(
         [
             "taskset",
             "-c",
-            PROXY_CORE if workers == 1 else "0,1",
+            PROXY_CORE if workers == 1 and not UNPINNED else "0,1",
             *command,
         ],
         stdout=log,
@@ -460,11 +461,16 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=1, help="each cell's median of N rounds")
     parser.add_argument(
+        "--scaling",
+        action="store_true",
+        help="the bare gateway with 1 and with 2 workers, nothing pinned (both cores shared)",
+    )
+    parser.add_argument(
         "--granian", action="store_true", help="also the floor on granian's ASGI server"
     )
     args = parser.parse_args()
     global UNPINNED
-    UNPINNED = args.workers > 1
+    UNPINNED = args.workers > 1 or args.scaling
     procs = Processes()
     try:
         sim = start_sim(procs, args.upstream)
@@ -485,6 +491,11 @@ def main() -> None:
                 ("", None),
                 *((t.split("=", 1)[0] + ":", Path(t.split("=", 1)[1])) for t in args.tree),
             ]
+            if args.scaling:
+                for workers in (1, 2):
+                    targets[f"gateway-{workers}w"] = start_gateway(
+                        procs, sim, Path(tmp), False, workers
+                    )
             for label, tree in trees:
                 for name, full in (("gateway", False), ("gateway-full", True)):
                     if name in wanted:
