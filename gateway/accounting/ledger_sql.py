@@ -104,8 +104,8 @@ _ROW_FIELDS = tuple(f.name for f in fields(UsageRow))
 
 
 def _values(row: UsageRow) -> dict[str, Any]:
-    """A row's column values. Not ``dataclasses.asdict``, which deep-copies every field: about
-    15x the CPU (measured 159 against 11 us a row on a busy machine), paid for every request."""
+    """A row's column values. Not ``dataclasses.asdict``, which deep-copies every field: 19
+    against 1.5 us a row (README, Performance), paid for every request."""
     values = {name: getattr(row, name) for name in _ROW_FIELDS}
     values["day"] = int(row.created_at // DAY)
     return values

@@ -144,8 +144,8 @@ class StreamMeter:
         """Record one event; True if it is a usage-only event.
 
         Runs for every event of every stream, so it is written flat: three calls per event and
-        ``type() is`` checks (measured: about 40% less CPU than a helper per field; the figures
-        are in the README's Performance section)."""
+        ``type() is`` checks (measured: about 10% less CPU than a helper per field, 115 against
+        126 us for a 36-event stream; README, Performance)."""
         message = self._message_of(event)
         if message is None:
             return False
