@@ -23,37 +23,24 @@ from pathlib import Path
 STAGES: list[tuple[str, re.Pattern[str]]] = [
     (stage, re.compile(pattern))
     for stage, pattern in [
+        # The server's own work beneath a stage (writing the response, reading the body).
+        ("server", r"^RequestResponseCycle\.(send|receive) |^HttpToolsProtocol\."),
         ("metrics", r"prometheus_client/|^observe \(gateway/proxy/record|gateway/metrics\.py"),
-        ("log", r"gateway/accesslog\.py|^_log \(gateway/middleware|^outcome_fields "),
-        ("settle", r"gateway/wire/usage\.py|^settle |gateway/limits/memory\.py|limits/maths"),
-        (
-            "record",
-            r"gateway/proxy/record\.py|gateway/accounting/ledger|ledger_row|aiosqlite|"
-            r"sqlalchemy/|sqlite3|gateway/wire/outcome\.py|gateway/telemetry/",
-        ),
+        ("log", r"gateway/accesslog\.py|\._log \(gateway/middleware|^outcome_fields "),
+        ("ledger", r"gateway/accounting/ledger|ledger_row|aiosqlite/|sqlalchemy/|sqlite3"),
+        ("settle", r"gateway/wire/usage\.py|\.settle \(|gateway/limits/memory\.py|limits/maths"),
+        ("record", r"gateway/proxy/record\.py|gateway/wire/outcome\.py|gateway/telemetry/"),
         ("parse", r"gateway/wire/request\.py"),
         ("auth", r"gateway/auth/"),
         ("admit", r"gateway/accounting/stage\.py|gateway/limits/|gateway/tokens/"),
-        (
-            "route",
-            r"gateway/runtime/table\.py|gateway/routing/(router|service|canary|pools)\.py|"
-            r"^_caller ",
-        ),
-        (
-            "relay",
-            r"gateway/proxy/relay\.py|gateway/wire/meter\.py|^chunks \(gateway/upstream|"
-            r"^read \(gateway/upstream|^relay_headers |^release |^abort ",
-        ),
-        (
-            "forward",
-            r"gateway/upstream/|gateway/routing/dispatch\.py|^_upstream_headers |"
-            r"^send_via |^_serve |^_finish ",
-        ),
-        (
-            "asgi layers",
-            r"gateway/middleware\.py|gateway/proxy/handler\.py|starlette/|"
-            r"gateway/asgi\.py|gateway/proxy/disconnect\.py",
-        ),
+        ("route", r"gateway/runtime/table\.py|gateway/routing/(router|service|canary|pools)\.py"),
+        ("route", r"(^|\.)_caller \("),
+        ("relay", r"gateway/proxy/relay\.py|gateway/wire/meter\.py"),
+        ("relay", r"\.(chunks|read|relay_headers|release|abort) \(gateway/upstream"),
+        ("forward", r"gateway/upstream/|gateway/routing/dispatch\.py|send_via \("),
+        ("forward", r"(^|\.)(_upstream_headers|_serve|_finish) \("),
+        ("asgi layers", r"gateway/middleware\.py|gateway/proxy/handler\.py|starlette/"),
+        ("asgi layers", r"gateway/asgi\.py|gateway/proxy/disconnect\.py|gateway/app\.py"),
     ]
 ]
 LIBRARIES = [("aiohttp I/O", re.compile(r"aiohttp/|yarl/|multidict/"))]
@@ -67,6 +54,7 @@ ORDER = [
     "relay",
     "settle",
     "record",
+    "ledger",
     "metrics",
     "log",
     "asgi layers",
@@ -87,11 +75,16 @@ def stage_of(stack: list[str]) -> str:
     return SERVER  # uvicorn, httptools, the event loop, the interpreter
 
 
+# Waits py-spy samples as running (a lock wait, GIL released): aiosqlite's worker thread blocked
+# on its queue (``tx.get()``, aiosqlite 0.22). Counted, they would inflate the ledger's share.
+IDLE = re.compile(r"^_connection_worker_thread \(aiosqlite/core\.py:59\)$")
+
+
 def shares(collapsed: str) -> dict[str, float]:
     counts: Counter[str] = Counter()
     for line in collapsed.splitlines():
         stack, _, count = line.rpartition(" ")
-        if stack:
+        if stack and not IDLE.match(stack.split(";")[-1]):
             counts[stage_of(stack.split(";"))] += int(count)
     total = sum(counts.values()) or 1
     return {stage: counts[stage] / total for stage in ORDER}
