@@ -359,7 +359,10 @@ def one_cell(
     name: str, target: Target, mode: str, concurrency: int, seconds: float, probes: int
 ) -> Result:
     stream = mode == "stream"
-    wrk(target.url, concurrency, 1, stream, target.api_key)  # warm-up: pools, caches
+    try:
+        wrk(target.url, concurrency, 1, stream, target.api_key)  # warm-up: pools, caches
+    except RuntimeError as err:
+        raise RuntimeError(f"{name}, {mode}, concurrency {concurrency}: {err}") from None
     cpu_before = cpu_seconds(target.pid) if target.pid else 0.0
     rps, p50, p99, count = wrk(target.url, concurrency, seconds, stream, target.api_key)
     result = Result(name, mode, concurrency, rps, p50, p99)
