@@ -10,7 +10,7 @@ from pathlib import Path
 
 from starlette.types import ASGIApp
 
-from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.config import ConfigError, GatewayConfig, load_config, workers_problem
 
 CONFIG_ENV = "PD_GATEWAY_CONFIG"
 
@@ -35,6 +35,10 @@ def _run(args: argparse.Namespace) -> int:
     if config is None:
         return 2
     server = config.server
+    problem = workers_problem(config, args.workers or server.workers)
+    if problem:
+        print(f"{args.config}: {problem}", file=sys.stderr)
+        return 2
     os.environ[CONFIG_ENV] = os.path.abspath(args.config)
     return serve(
         "gateway.cli:app_from_env",

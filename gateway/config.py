@@ -97,6 +97,13 @@ class GatewayConfig(StrictModel):
     """API keys, the cache bound, the admin API (gateway/auth/config.py)."""
 
     @model_validator(mode="after")
+    def _limits_exact_across_workers(self) -> GatewayConfig:
+        problem = workers_problem(self, self.server.workers)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
     def _models_name_known_pools(self) -> GatewayConfig:
         problems = [
             problem
@@ -106,6 +113,23 @@ class GatewayConfig(StrictModel):
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+
+def workers_problem(config: GatewayConfig, workers: int) -> str | None:
+    """Why ``workers`` processes cannot serve ``config``, if they cannot: the in-process limiter
+    counts in each worker alone, so N workers would admit N times every limit (keys carry their
+    own limits, so with auth on any limit may apply). The Redis
+    backend shares the counters and stays exact; the ledger is exact either way (each worker
+    writes the rows of the requests it served, one per request)."""
+    limits = config.limits
+    # Without keys every caller gets the defaults; with none set, nothing is ever limited.
+    can_limit = limits.enabled and (config.auth.enabled or not limits.defaults.unlimited)
+    if workers > 1 and can_limit and limits.backend == "memory":
+        return (
+            f"server.workers: {workers} workers would each count rate limits alone; "
+            "use limits.backend: redis (shared counters) or one worker"
+        )
+    return None
 
 
 def parse_config(document: Any, env: Mapping[str, str] | None = None) -> GatewayConfig:

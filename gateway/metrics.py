@@ -5,10 +5,16 @@ Labels carry only bounded values: model and pool names from config, status codes
 
 from __future__ import annotations
 
+import time
+from bisect import bisect_left
+from collections.abc import Iterator
 from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 MetricT = TypeVar("MetricT", Counter, Histogram)
 
@@ -33,6 +39,112 @@ class Children(Generic[MetricT]):
         if child is None:
             child = self._children[labels] = self._metric.labels(*labels)
         return child
+
+
+class Count:
+    """One labelled counter value: a plain number (no lock, no validation per increment)."""
+
+    __slots__ = ("created", "value")
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self.created = time.time()
+
+    def inc(self, amount: float = 1) -> None:
+        self.value += amount
+
+
+class Buckets:
+    """One labelled histogram: a count per bucket (``le`` bounds, then +Inf) and the sum."""
+
+    __slots__ = ("bounds", "counts", "created", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0
+        self.created = time.time()
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1  # the first bound >= value: le
+        self.total += value
+
+
+class PlainCounter:
+    """A labelled counter kept as plain numbers and exposed when scraped.
+
+    ``prometheus_client``'s Counter takes a lock and checks its state on every increment; the
+    gateway serves from one event-loop thread, so the request path only adds to a float and
+    :class:`PlainMetrics` builds the metric family at scrape time (measured: the per-request
+    metrics went from 6.3 to 2.1 us, README, Performance). Same name, help, labels, samples
+    (``_total`` and ``_created``) as the Counter it replaces::
+
+        requests = PlainCounter("gateway_requests", "Requests answered", ["model", "status"])
+        requests("m", "200").inc()
+    """
+
+    def __init__(self, name: str, documentation: str, labelnames: list[str]) -> None:
+        self.name, self.documentation, self.labelnames = name, documentation, labelnames
+        self._children: dict[tuple[str, ...], Count] = {}
+
+    def __call__(self, *labels: str) -> Count:
+        child = self._children.get(labels)
+        if child is None:
+            child = self._children[labels] = Count()
+        return child
+
+    def family(self) -> Metric:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for labels, child in list(self._children.items()):
+            family.add_metric(labels, child.value, created=child.created)
+        return family
+
+
+class PlainHistogram:
+    """A labelled histogram kept as plain bucket counts (see :class:`PlainCounter`)."""
+
+    def __init__(
+        self, name: str, documentation: str, labelnames: list[str], buckets: tuple[float, ...]
+    ) -> None:
+        self.name, self.documentation, self.labelnames = name, documentation, labelnames
+        self.bounds = tuple(float(b) for b in buckets)
+        self._children: dict[tuple[str, ...], Buckets] = {}
+
+    def __call__(self, *labels: str) -> Buckets:
+        child = self._children.get(labels)
+        if child is None:
+            child = self._children[labels] = Buckets(self.bounds)
+        return child
+
+    def family(self) -> Metric:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        les = [*(_le(b) for b in self.bounds), "+Inf"]
+        for labels, child in list(self._children.items()):
+            cumulative, running = [], 0
+            for le, count in zip(les, child.counts, strict=True):
+                running += count
+                cumulative.append((le, float(running)))
+            family.add_metric(labels, cumulative, child.total)
+            # add_metric has no ``created``; the sample prometheus_client's Histogram writes.
+            names = dict(zip(self.labelnames, labels, strict=True))
+            family.samples.append(Sample(self.name + "_created", names, child.created))
+        return family
+
+
+def _le(bound: float) -> str:
+    """A bucket bound as prometheus_client writes it (``0.001``, ``1.0``)."""
+    return repr(bound)
+
+
+class PlainMetrics(Collector):
+    """The registry's view of the plain metrics: their families, built when scraped."""
+
+    def __init__(self, metrics: list[PlainCounter | PlainHistogram]) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self.metrics:
+            yield metric.family()
 
 
 LATENCY_BUCKETS = (
@@ -81,29 +193,25 @@ class GatewayMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter(
-            "gateway_requests",
-            "Requests answered",
-            ["model", "pool", "variant", "status"],
-            registry=r,
+        # Updated by every request: plain numbers, exposed by one collector (see PlainCounter).
+        self.requests = PlainCounter(
+            "gateway_requests", "Requests answered", ["model", "pool", "variant", "status"]
         )
         # A plain count, read when scraped: a locked gauge update twice per request cost more.
         self.requests_in_flight = 0
         self.in_flight = Gauge("gateway_requests_in_flight", "Requests in progress", registry=r)
         self.in_flight.set_function(lambda: self.requests_in_flight)
-        self.duration = Histogram(
+        self.duration = PlainHistogram(
             "gateway_request_duration_seconds",
             "Time from request to the last byte of the response",
             ["model", "pool"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+            LATENCY_BUCKETS,
         )
-        self.time_to_first_byte = Histogram(
+        self.time_to_first_byte = PlainHistogram(
             "gateway_time_to_first_byte_seconds",
             "Time from request to the first upstream body byte relayed",
             ["model", "pool"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+            LATENCY_BUCKETS,
         )
         self.upstream_errors = Counter(
             "gateway_upstream_errors", "Upstream failures by kind", ["pool", "kind"], registry=r
@@ -128,31 +236,27 @@ class GatewayMetrics:
         )
         # Per phase (issue 7): named after gen_ai.server.time_to_first_token and
         # gen_ai.server.time_per_output_token; prompt_length is a band ("256-1k"), never a number.
-        self.time_to_first_token = Histogram(
+        self.time_to_first_token = PlainHistogram(
             "gen_ai_server_time_to_first_token_seconds",
             "Time from request received to the first output token (streaming)",
             ["model", "pool", "prompt_length"],
-            buckets=TTFT_BUCKETS,
-            registry=r,
+            TTFT_BUCKETS,
         )
-        self.time_per_output_token = Histogram(
+        self.time_per_output_token = PlainHistogram(
             "gen_ai_server_time_per_output_token_seconds",
             "Decode time per output token after the first (streaming)",
             ["model", "pool"],
-            buckets=TPOT_BUCKETS,
-            registry=r,
+            TPOT_BUCKETS,
         )
-        self.tokens = Counter(
+        self.tokens = PlainCounter(
             "gateway_tokens",
             "Tokens by tenant, model and direction (input or output)",
             ["tenant", "model", "direction"],
-            registry=r,
         )
-        self.tenant_requests = Counter(
+        self.tenant_requests = PlainCounter(
             "gateway_tenant_requests",
             "Requests by tenant and status class (2xx, 4xx, 5xx)",
             ["tenant", "status_class"],
-            registry=r,
         )
         # Counted by the limiter (issue 5) and the canary (issue 6).
         self.rate_limit_refusals = Counter(
@@ -168,14 +272,27 @@ class GatewayMetrics:
             registry=r,
         )
 
-        # What every request updates, through memoised children (see Children).
-        self.requests_by = Children(self.requests)
-        self.duration_by = Children(self.duration)
-        self.time_to_first_byte_by = Children(self.time_to_first_byte)
-        self.tenant_requests_by = Children(self.tenant_requests)
-        self.time_to_first_token_by = Children(self.time_to_first_token)
-        self.time_per_output_token_by = Children(self.time_per_output_token)
-        self.tokens_by = Children(self.tokens)
+        r.register(
+            PlainMetrics(
+                [
+                    self.requests,
+                    self.duration,
+                    self.time_to_first_byte,
+                    self.time_to_first_token,
+                    self.time_per_output_token,
+                    self.tokens,
+                    self.tenant_requests,
+                ]
+            )
+        )
+        # What every request updates (the names the pipeline uses; each child kept by labels).
+        self.requests_by = self.requests
+        self.duration_by = self.duration
+        self.time_to_first_byte_by = self.time_to_first_byte
+        self.tenant_requests_by = self.tenant_requests
+        self.time_to_first_token_by = self.time_to_first_token
+        self.time_per_output_token_by = self.time_per_output_token
+        self.tokens_by = self.tokens
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,14 +1,19 @@
 """Overhead benchmark: direct to the simulator vs the floor proxy vs the gateway.
 
-The simulator (no-delay mode) and the load generator share core 0; the proxy under test runs
-alone on core 1 (``taskset``). For each of non-streaming and streaming (32 content chunks) and
+The upstream and the load generator share core 0; the proxy under test runs alone on core 1
+(``taskset``). The upstream is the fast simulator (``fast_sim.py``, granian; ``--upstream sim``
+takes the project's own simulator instead, which is slower than the floor proxy and so caps the
+ratios): every ratio is only trusted when direct-to-upstream is at least 3x the floor's rate,
+which the report checks. For each of non-streaming and streaming (32 content chunks) and
 concurrency 1, 16 and 64, wrk measures requests/s and p50/p99 latency; a sequential aiohttp probe
 at concurrency 1 measures time to first byte. Two gateways are measured: ``gateway``, the proxy
 as the foundation builds it (keys, rate limits and the usage ledger off; access log and metrics
 on), and ``gateway-full``, as a deployment runs it (keys checked, in-process rate limits, usage
 ledger in SQLite). Then gateway-full serves 100k requests while its resident memory is sampled.
 
-    .venv/bin/python loadtests/bench_overhead.py [--seconds 5] [--out results.json]
+    .venv/bin/python loadtests/bench_overhead.py [--seconds 5] [--concurrency 1,64] [--out r.json]
+    .venv/bin/python loadtests/bench_overhead.py --workers 2    # scaling: every process unpinned
+    .venv/bin/python loadtests/bench_overhead.py --profile DIR  # py-spy of gateway-full, per stage
     .venv/bin/python loadtests/bench_overhead.py --clients   # floor proxy: aiohttp vs httpx
 """
 
@@ -37,7 +42,15 @@ HERE = Path(__file__).resolve().parent
 PYTHON = sys.executable
 MODEL = "sim-model"
 LOAD_CORE, PROXY_CORE = "0", "1"
+UNPINNED = False
 _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
+
+
+@dataclass(frozen=True)
+class Target:
+    url: str
+    pid: int | None
+    api_key: str = "none"
 
 
 @dataclass
@@ -78,6 +91,7 @@ class Processes:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self, core: str, *cmd: str) -> subprocess.Popen[bytes]:
+        core = "0,1" if UNPINNED else core
         proc = subprocess.Popen(
             ["taskset", "-c", core, *cmd], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
         )
@@ -96,16 +110,19 @@ class Processes:
                 proc.wait()
 
 
-def start_sim(procs: Processes) -> str:
-    proc = procs.start(
-        LOAD_CORE, PYTHON, "-m", "serve_app.sim", "--port", "0", "--no-delay", "--model", MODEL
-    )
+def start_sim(procs: Processes, kind: str) -> str:
+    """The upstream on the load core: the fast simulator (granian) or the project's simulator."""
+    if kind == "fast":
+        cmd = [PYTHON, str(HERE / "fast_sim.py"), "--port", str(free_port()), "--model", MODEL]
+    else:
+        cmd = [PYTHON, "-m", "serve_app.sim", "--port", "0", "--no-delay", "--model", MODEL]
+    proc = procs.start(LOAD_CORE, *cmd)
     assert proc.stdout is not None
     line = proc.stdout.readline().decode()
     return line.split()[-1]
 
 
-def start_floor(procs: Processes, upstream: str, client: str) -> tuple[str, int]:
+def start_floor(procs: Processes, upstream: str, client: str, server: str = "uvicorn") -> Target:
     port = free_port()
     procs.start(
         PROXY_CORE,
@@ -117,17 +134,21 @@ def start_floor(procs: Processes, upstream: str, client: str) -> tuple[str, int]
         str(port),
         "--client",
         client,
+        "--server",
+        server,
     )
     url = f"http://127.0.0.1:{port}"
     wait_http(url)
-    return url, procs.procs[-1].pid
+    return Target(url, procs.procs[-1].pid)
 
 
-def gateway_config(port: int, upstream: str, workdir: Path, full: bool) -> dict[str, object]:
+def gateway_config(
+    port: int, upstream: str, workdir: Path, full: bool, workers: int = 1
+) -> dict[str, object]:
     """``full``: keys, in-process rate limits (high enough never to refuse) and the usage
     ledger on, as a deployment runs; otherwise the proxy alone (what the foundation builds)."""
     config: dict[str, object] = {
-        "server": {"host": "127.0.0.1", "port": port, "workers": 1, "access_log": True},
+        "server": {"host": "127.0.0.1", "port": port, "workers": workers, "access_log": True},
         "pools": {"sim": {"urls": [upstream]}},
         "models": {MODEL: {"pool": "sim"}},
         "storage": {"url": f"sqlite:///{workdir / 'gateway.db'}"},
@@ -140,30 +161,51 @@ def gateway_config(port: int, upstream: str, workdir: Path, full: bool) -> dict[
     return config
 
 
-def start_gateway(procs: Processes, upstream: str, workdir: Path, full: bool) -> tuple[str, int]:
+def start_gateway(
+    procs: Processes,
+    upstream: str,
+    workdir: Path,
+    full: bool,
+    workers: int = 1,
+    tree: Path | None = None,
+) -> Target:
+    """``tree``: run the gateway of another source tree (a git worktree of an older commit):
+    its folder is the working directory and PYTHONPATH, so ``python -m gateway`` is its code."""
     port = free_port()
-    path = workdir / f"gateway-{port}.yaml"
-    path.write_text(yaml.safe_dump(gateway_config(port, upstream, workdir, full)))
-    if full:
-        os.environ["WRK_API_KEY"] = bootstrap_key(path)
+    workdir = workdir / str(port)
+    workdir.mkdir()
+    path = workdir / "gateway.yaml"
+    path.write_text(yaml.safe_dump(gateway_config(port, upstream, workdir, full, workers)))
+    env = os.environ if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
+    key = bootstrap_key(path, env, tree) if full else "none"
+    command = [PYTHON, "-m", "gateway", "run", "--config", str(path)]
     log = (workdir / f"gateway-{port}.log").open("wb")
     proc = subprocess.Popen(
-        ["taskset", "-c", PROXY_CORE, PYTHON, "-m", "gateway", "run", "--config", str(path)],
+        [
+            "taskset",
+            "-c",
+            PROXY_CORE if workers == 1 and not UNPINNED else "0,1",
+            *command,
+        ],
         stdout=log,
         stderr=subprocess.STDOUT,
+        env=env,
+        cwd=tree,
     )
     procs.procs.append(proc)
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/healthz")
-    return url, proc.pid
+    return Target(url, proc.pid, key)
 
 
-def bootstrap_key(config: Path) -> str:
+def bootstrap_key(config: Path, env: os._Environ[str] | dict[str, str], tree: Path | None) -> str:
     cli = [PYTHON, "-m", "gateway"]
     subprocess.run(
         [*cli, "tenants", "create", "--config", str(config), "bench"],
         check=True,
         capture_output=True,
+        env=env,
+        cwd=tree,
     )
     return subprocess.run(
         [
@@ -181,15 +223,18 @@ def bootstrap_key(config: Path) -> str:
         check=True,
         capture_output=True,
         text=True,
+        env=env,
+        cwd=tree,
     ).stdout.strip()
 
 
 def wrk(
-    url: str, concurrency: int, seconds: float, stream: bool
+    url: str, concurrency: int, seconds: float, stream: bool, api_key: str = "none"
 ) -> tuple[float, float, float, int]:
     """requests/s, p50 and p99 latency (ms), and the request count, from one wrk run."""
     env = {
         **os.environ,
+        "WRK_API_KEY": api_key,
         "WRK_STREAM": "1" if stream else "0",
         "WRK_MAX_TOKENS": "32" if stream else "16",
     }
@@ -197,7 +242,7 @@ def wrk(
         [
             "taskset",
             "-c",
-            LOAD_CORE,
+            LOAD_CORE if not UNPINNED else "0,1",
             "wrk",
             "-t1",
             f"-c{concurrency}",
@@ -225,7 +270,9 @@ def _ms(text: str) -> float:
     return float(number) * _UNITS[unit] * 1000
 
 
-async def probe_ttfb(url: str, stream: bool, requests: int) -> tuple[float, float, float, float]:
+async def probe_ttfb(
+    url: str, stream: bool, requests: int, api_key: str = "none"
+) -> tuple[float, float, float, float]:
     """Sequential requests: p50/p99 time to first body byte and p50/p99 total (ms)."""
     body = {
         "model": MODEL,
@@ -234,7 +281,7 @@ async def probe_ttfb(url: str, stream: bool, requests: int) -> tuple[float, floa
         "stream": stream,
     }
     ttfb, total = [], []
-    headers = {"authorization": "Bearer " + os.environ.get("WRK_API_KEY", "none")}
+    headers = {"authorization": "Bearer " + api_key}
     async with aiohttp.ClientSession(headers=headers) as session:
         for i in range(requests + 50):
             start = time.perf_counter()
@@ -258,38 +305,82 @@ def rss_mb(pid: int) -> float:
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+    """CPU time of ``pid`` and its live descendants (uvicorn's worker processes)."""
+    total = 0.0
+    for proc in [pid, *descendants(pid)]:
+        fields = Path(f"/proc/{proc}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime + stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], list(children.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(children.get(child, ()))
+    return found
 
 
 def run_matrix(
-    targets: dict[str, tuple[str, int | None]], seconds: float, probes: int
+    targets: dict[str, Target],
+    seconds: float,
+    probes: int,
+    concurrencies: list[int],
+    rounds: int = 1,
 ) -> list[Result]:
+    """Every cell for every target in turn, ``rounds`` times; each cell's median round (by CPU
+    per request, else requests/s). Interleaving keeps a shared machine's drifting load about
+    equal for every target."""
     results = []
     for stream in (False, True):
         mode = "stream" if stream else "json"
-        for concurrency in (1, 16, 64):
-            for name, (url, pid) in targets.items():
-                wrk(url, concurrency, 1, stream)  # warm-up: pools, caches
-                cpu_before = cpu_seconds(pid) if pid else 0.0
-                rps, p50, p99, count = wrk(url, concurrency, seconds, stream)
-                result = Result(name, mode, concurrency, rps, p50, p99)
-                if pid:
-                    result.cpu_us_per_request = (cpu_seconds(pid) - cpu_before) / count * 1e6
-                if concurrency == 1:
-                    t50, t99, _, _ = asyncio.run(probe_ttfb(url, stream, probes))
-                    result.ttfb_p50_ms, result.ttfb_p99_ms = t50, t99
-                results.append(result)
-                print(json.dumps(asdict(result)), file=sys.stderr)
+        for concurrency in concurrencies:
+            runs: dict[str, list[Result]] = {name: [] for name in targets}
+            for _ in range(rounds):
+                for name, target in targets.items():
+                    runs[name].append(one_cell(name, target, mode, concurrency, seconds, probes))
+            for cell in runs.values():
+                cell.sort(key=lambda r: r.cpu_us_per_request or -r.rps)
+                results.append(cell[len(cell) // 2])
+                print(json.dumps(asdict(cell[len(cell) // 2])), file=sys.stderr)
     return results
 
 
-def memory_run(url: str, pid: int | None, total: int) -> list[tuple[int, float]]:
+def one_cell(
+    name: str, target: Target, mode: str, concurrency: int, seconds: float, probes: int
+) -> Result:
+    stream = mode == "stream"
+    try:
+        wrk(target.url, concurrency, 1, stream, target.api_key)  # warm-up: pools, caches
+    except RuntimeError as err:
+        raise RuntimeError(f"{name}, {mode}, concurrency {concurrency}: {err}") from None
+    cpu_before = cpu_seconds(target.pid) if target.pid else 0.0
+    rps, p50, p99, count = wrk(target.url, concurrency, seconds, stream, target.api_key)
+    result = Result(name, mode, concurrency, rps, p50, p99)
+    if target.pid:
+        result.cpu_us_per_request = (cpu_seconds(target.pid) - cpu_before) / count * 1e6
+    if concurrency == 1 and probes:
+        t50, t99, _, _ = asyncio.run(probe_ttfb(target.url, stream, probes, target.api_key))
+        result.ttfb_p50_ms, result.ttfb_p99_ms = t50, t99
+    return result
+
+
+def memory_run(target: Target, total: int) -> list[tuple[int, float]]:
+    pid = target.pid
     assert pid is not None
     samples = [(0, rss_mb(pid))]
     served = 0
     while served < total:
-        _, _, _, count = wrk(url, 64, 5, stream=False)
+        _, _, _, count = wrk(target.url, 64, 5, False, target.api_key)
         served += count
         samples.append((served, rss_mb(pid)))
     return samples
@@ -303,7 +394,7 @@ def report(results: list[Result], memory: list[tuple[int, float]]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        direct = by[("direct", r.mode, r.concurrency)]
+        direct = by.get(("direct", r.mode, r.concurrency), r)
         floor = by.get(("floor", r.mode, r.concurrency))
         added = r.p50_ms - direct.p50_ms
         added_ttfb = (
@@ -324,6 +415,16 @@ def report(results: list[Result], memory: list[tuple[int, float]]) -> str:
             f"{r.p99_ms:.3f} | {ttfb} | {added:.3f} | {added_ttfb} | {share} | {cpu} | "
             f"{efficiency} |"
         )
+    lines.append("")
+    for (target, mode, concurrency), r in by.items():
+        floor = by.get(("floor", mode, concurrency))
+        if target == "direct" and floor is not None:
+            headroom = r.rps / floor.rps
+            verdict = "ok" if headroom >= 3 else "TOO LOW: the ratios measure the upstream"
+            lines.append(
+                f"Upstream + load generator headroom, {mode} c{concurrency}: "
+                f"{headroom:.1f}x the floor ({verdict})"
+            )
     if memory:
         lines.append("")
         lines.append(
@@ -340,26 +441,79 @@ def main() -> None:
     parser.add_argument("--memory-requests", type=int, default=100_000)
     parser.add_argument("--clients", action="store_true", help="compare upstream clients instead")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--upstream", choices=["fast", "sim"], default="fast")
+    parser.add_argument("--concurrency", default="1,16,64", help="comma-separated")
+    parser.add_argument(
+        "--targets", default="direct,floor,gateway,gateway-full", help="comma-separated"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="gateway workers; above 1 nothing is pinned (the machine has 2 cores)",
+    )
+    parser.add_argument(
+        "--profile", type=Path, help="instead of the matrix: py-spy of gateway-full into DIR"
+    )
+    parser.add_argument(
+        "--tree",
+        action="append",
+        default=[],
+        metavar="LABEL=PATH",
+        help="also measure the gateways of another source tree (a worktree of an older commit)",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="each cell's median of N rounds")
+    parser.add_argument(
+        "--scaling",
+        action="store_true",
+        help="the bare gateway with 1 and with 2 workers, nothing pinned (both cores shared)",
+    )
+    parser.add_argument(
+        "--granian", action="store_true", help="also the floor on granian's ASGI server"
+    )
     args = parser.parse_args()
+    global UNPINNED
+    UNPINNED = args.workers > 1 or args.scaling
     procs = Processes()
     try:
-        sim = start_sim(procs)
+        sim = start_sim(procs, args.upstream)
         wait_http(sim + "/health")
         if args.clients:
             compare_clients(procs, sim, args.seconds)
             return
         with tempfile.TemporaryDirectory() as tmp:
-            floor = start_floor(procs, sim, "aiohttp")
-            gateway = start_gateway(procs, sim, Path(tmp), full=False)
-            full = start_gateway(procs, sim, Path(tmp), full=True)
-            targets: dict[str, tuple[str, int | None]] = {
-                "direct": (sim, None),
-                "floor": floor,
-                "gateway": gateway,
-                "gateway-full": full,
-            }
-            results = run_matrix(targets, args.seconds, args.probes)
-            memory = memory_run(*full, args.memory_requests)
+            if args.profile:
+                full = start_gateway(procs, sim, Path(tmp), full=True)
+                profile(full, args.profile, args.seconds)
+                return
+            wanted = args.targets.split(",")
+            targets: dict[str, Target] = {"direct": Target(sim, None)}
+            if "floor" in wanted:
+                targets["floor"] = start_floor(procs, sim, "aiohttp")
+            trees = [
+                ("", None),
+                *((t.split("=", 1)[0] + ":", Path(t.split("=", 1)[1])) for t in args.tree),
+            ]
+            if args.scaling:
+                for workers in (1, 2):
+                    targets[f"gateway-{workers}w"] = start_gateway(
+                        procs, sim, Path(tmp), False, workers
+                    )
+            for label, tree in trees:
+                for name, full in (("gateway", False), ("gateway-full", True)):
+                    if name in wanted:
+                        targets[label + name] = start_gateway(
+                            procs, sim, Path(tmp), full, args.workers, tree
+                        )
+            if args.granian:
+                targets["granian-floor"] = start_floor(procs, sim, "aiohttp", "granian")
+            concurrencies = [int(c) for c in args.concurrency.split(",")]
+            results = run_matrix(targets, args.seconds, args.probes, concurrencies, args.rounds)
+            memory = (
+                memory_run(targets["gateway-full"], args.memory_requests)
+                if args.memory_requests and "gateway-full" in targets
+                else []
+            )
         text = report(results, memory)
         print(text)
         if args.out:
@@ -370,10 +524,47 @@ def main() -> None:
         procs.stop()
 
 
+def profile(target: Target, out: Path, seconds: float) -> None:
+    """py-spy samples of the gateway under wrk at concurrency 64, JSON then SSE, as collapsed
+    stacks (``stage_breakdown.py`` sorts them into the pipeline's stages); plus the CPU time per
+    request of the same run, to turn shares into microseconds."""
+    url, pid = target.url, target.pid
+    assert pid is not None
+    out.mkdir(parents=True, exist_ok=True)
+    for stream in (False, True):
+        mode = "stream" if stream else "json"
+        wrk(url, 64, 2, stream, target.api_key)
+        spy = subprocess.Popen(
+            [
+                str(Path(PYTHON).parent / "py-spy"),
+                "record",
+                "--pid",
+                str(pid),
+                "--rate",
+                "250",
+                "--format",
+                "raw",
+                "--duration",
+                str(int(seconds)),
+                "--output",
+                str(out / f"{mode}.txt"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(0.5)
+        cpu_before = cpu_seconds(pid)
+        rps, _, _, count = wrk(url, 64, seconds - 1, stream, target.api_key)
+        cpu = (cpu_seconds(pid) - cpu_before) / count * 1e6
+        spy.wait()
+        (out / f"{mode}.json").write_text(json.dumps({"rps": rps, "cpu_us_per_request": cpu}))
+        print(f"{mode}: {rps:,.0f} req/s, {cpu:.0f} CPU us/req, stacks in {out}/{mode}.txt")
+
+
 def compare_clients(procs: Processes, sim: str, seconds: float) -> None:
     print("| client | mode | conc | req/s | p50 ms | p99 ms |\n|---|---|---|---|---|---|")
     for client in ("aiohttp", "httpx-aiohttp", "httpx"):
-        url, _ = start_floor(procs, sim, client)
+        url = start_floor(procs, sim, client).url
         for stream in (False, True):
             for concurrency in (1, 64):
                 wrk(url, concurrency, 1, stream)

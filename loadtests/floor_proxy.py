@@ -6,12 +6,18 @@ arrive. The gateway's overhead is judged against this. ``--client`` picks the up
 client, so the candidates for the gateway can be measured on equal terms:
 
     python loadtests/floor_proxy.py --upstream http://127.0.0.1:8001 --port 9000 --client aiohttp
+
+``--server granian`` serves the same app with granian's ASGI interface instead of uvicorn, which
+measures what a server swap could win for the gateway.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -108,6 +114,32 @@ def make_app(relay: Relay, close: Callable[[], Awaitable[None]]) -> Any:
     return app
 
 
+def from_env() -> Any:
+    """The app for granian's worker process (a factory: the worker imports this module anew)."""
+    return make_app(*aiohttp_relay(os.environ["FLOOR_UPSTREAM"]))
+
+
+def serve_granian(upstream: str, port: int) -> None:
+    from granian.constants import Interfaces, Loops
+    from granian.server import Server
+
+    here = str(Path(__file__).resolve().parent)
+    os.environ["FLOOR_UPSTREAM"] = upstream
+    os.environ["PYTHONPATH"] = os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])
+    sys.path.insert(0, here)
+    Server(
+        "floor_proxy:from_env",
+        address="127.0.0.1",
+        port=port,
+        interface=Interfaces.ASGI,
+        workers=1,
+        loop=Loops.uvloop,
+        log_enabled=False,
+        factory=True,
+        working_dir=Path(here),
+    ).serve()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--upstream", required=True)
@@ -115,8 +147,12 @@ def main() -> None:
     parser.add_argument(
         "--client", choices=["aiohttp", "httpx", "httpx-aiohttp"], default="aiohttp"
     )
+    parser.add_argument("--server", choices=["uvicorn", "granian"], default="uvicorn")
     args = parser.parse_args()
     upstream = args.upstream.rstrip("/")
+    if args.server == "granian":
+        serve_granian(upstream, args.port)
+        return
     if args.client == "aiohttp":
         relay, close = aiohttp_relay(upstream)
     else:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from sqlalchemy import (
@@ -107,6 +107,17 @@ usage_ledger = Table(
 )
 
 
+_ROW_FIELDS = tuple(f.name for f in fields(UsageRow))
+
+
+def _values(row: UsageRow) -> dict[str, Any]:
+    """A row's column values. Not ``dataclasses.asdict``, which deep-copies every field: 19
+    against 1.5 us a row (README, Performance), paid for every request."""
+    values = {name: getattr(row, name) for name in _ROW_FIELDS}
+    values["day"] = int(row.created_at // DAY)
+    return values
+
+
 class SqlLedgerStore:
     """Writes batches in one transaction (one multi-row statement), and answers usage reports."""
 
@@ -114,7 +125,7 @@ class SqlLedgerStore:
         self.db = db
 
     async def write(self, rows: Sequence[UsageRow]) -> None:
-        values = [{**asdict(r), "day": int(r.created_at // DAY)} for r in rows]
+        values = [_values(r) for r in rows]
         async with self.db.transaction() as conn:
             await conn.execute(insert(usage_ledger), values)
 

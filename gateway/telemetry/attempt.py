@@ -25,7 +25,15 @@ from typing import Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import orjson
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, set_span_in_context
+from opentelemetry.trace import (
+    INVALID_SPAN,
+    Span,
+    SpanKind,
+    Status,
+    StatusCode,
+    get_current_span,
+    set_span_in_context,
+)
 from opentelemetry.util.types import AttributeValue
 
 from gateway.errors import GatewayError
@@ -83,6 +91,9 @@ class UpstreamAttempts:
         answered, self._answered = self._answered, None
         if answered is None:
             return
+        if not answered.span.is_recording():  # tracing off, or not sampled: nothing to describe
+            answered.span.end()
+            return
         phases = phases_of(outcome, sent_at=answered.sent_at)
         answered.end(None, outcome.finished, phases, outcome)
 
@@ -111,12 +122,17 @@ class _Attempt:
         self._url = url
         self._wall_ns = time.time_ns()
         self.sent_at = time.perf_counter()
+        self.headers: TraceHeaders = ()
+        self.status = 0
+        if tracing.provider is None and not get_current_span().get_span_context().is_valid:
+            # Tracing off and no trace to carry on: the no-op tracer's span would still cost a
+            # span object and context lookups every request, to propagate nothing.
+            self.span: Span = INVALID_SPAN
+            return
         operation = GEN_AI_OPERATION[request.operation]
         self.span = tracing.tracer.start_span(
             f"{operation} {request.model}", kind=SpanKind.CLIENT, start_time=self._wall_ns
         )
-        self.headers: TraceHeaders = ()
-        self.status = 0
         if self.span.get_span_context().is_valid:  # an unsampled trace still propagates
             carrier: dict[str, str] = {}
             tracing.propagator.inject(carrier, set_span_in_context(self.span))

@@ -85,7 +85,7 @@ class StreamMeter:
         *complete, self._tail = data.split(b"\n\n")
         decoded = []
         for event in complete:
-            message = self._decode(event)
+            message = self._message_of(event)
             if message is not None:
                 self._meter_message(message)
                 decoded.append(message)
@@ -120,6 +120,23 @@ class StreamMeter:
         tail, self._tail = self._tail, b""
         return tail if self._strip_usage else b""
 
+    def _message_of(self, event: bytes) -> dict[str, Any] | None:
+        """The JSON object an event carries; None for ``[DONE]`` (noted), comments, non-objects."""
+        if event.startswith(b"data: ") and b"\n" not in event:
+            payload: bytes | None = event[6:].strip()
+        else:
+            payload = _data_of(event)
+        if payload is None:
+            return None
+        if payload == _DONE:
+            self.done = True
+            return None
+        try:
+            message = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return None
+        return message if type(message) is dict else None
+
     def observe_document(self, body: bytes) -> None:
         """Meter a whole non-streaming answer (one JSON document) the same way."""
         try:
@@ -139,22 +156,8 @@ class StreamMeter:
 
     def _meter_event(self, event: bytes) -> bool:
         """Record one event; True if it is a usage-only event."""
-        message = self._decode(event)
+        message = self._message_of(event)
         return message is not None and self._meter_message(message)
-
-    def _decode(self, event: bytes) -> dict[str, Any] | None:
-        """One event's JSON object (None for ``[DONE]``, comments and what is not JSON)."""
-        payload = _data_of(event)
-        if payload is None:
-            return None
-        if payload == _DONE:
-            self.done = True
-            return None
-        try:
-            message = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            return None
-        return message if isinstance(message, dict) else None
 
     def _meter_message(self, message: dict[str, Any]) -> bool:
         """Record one decoded event; True if it is a usage-only event."""
@@ -167,13 +170,14 @@ class StreamMeter:
             self.response_id = message.get("id")
             self.response_model = message.get("model")
         usage = message.get("usage")
-        if isinstance(usage, dict):
+        is_usage = type(usage) is dict
+        if is_usage:
             self.usage = usage
         choices = message.get("choices")
-        if choices:
-            self._meter_choices(choices)
-            return False
-        return isinstance(usage, dict)
+        if not choices:
+            return is_usage
+        self._meter_choices(choices)
+        return False
 
     def _meter_response_event(self, kind: str, message: dict[str, Any]) -> None:
         """An event of the Responses API, from a pool that serves it natively."""
@@ -204,12 +208,17 @@ class StreamMeter:
     def _meter_choices(self, choices: list[Any]) -> None:
         produced = False
         for choice in choices:
-            if not isinstance(choice, dict):
+            if type(choice) is not dict:
                 continue
-            if _has_output(choice):
+            delta = choice.get("delta")
+            if type(delta) is dict:
+                text = delta.get("content")
+                output = text or delta.get("tool_calls") or delta.get("reasoning_content")
+            else:
+                text = output = choice.get("text")
+            if output:
                 produced = True
-                text = _text_of(choice)
-                if text:
+                if text and type(text) is str:
                     self.output_parts.append(text)
             reason = choice.get("finish_reason")
             if reason:
@@ -228,18 +237,3 @@ def _data_of(event: bytes) -> bytes | None:
         return event[6:].strip()
     lines = [line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:")]
     return b"\n".join(lines).strip() if lines else None
-
-
-def _text_of(choice: dict[str, Any]) -> str | None:
-    delta = choice.get("delta")
-    text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
-    return text if isinstance(text, str) else None
-
-
-def _has_output(choice: dict[str, Any]) -> bool:
-    delta = choice.get("delta")
-    if isinstance(delta, dict):
-        return bool(
-            delta.get("content") or delta.get("tool_calls") or delta.get("reasoning_content")
-        )
-    return bool(choice.get("text"))

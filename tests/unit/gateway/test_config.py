@@ -104,3 +104,21 @@ def test_server_limits_are_strict_and_bounded() -> None:
         parse_config({**base, "server": {"max_header_bytes": 10}}, env={})
     with pytest.raises(ConfigError, match=r"server\.header_timout"):
         parse_config({**base, "server": {"header_timout": 1}}, env={})
+
+
+def test_several_workers_need_shared_limit_counters() -> None:
+    # Each worker's in-process limiter counts alone: two workers would admit twice the limit.
+    with pytest.raises(ConfigError, match=r"2 workers would each count rate limits alone"):
+        parse_config({**MINIMAL, "server": {"workers": 2}}, env={})
+    redis = {"backend": "redis", "redis_url": "redis://127.0.0.1:6379"}
+    assert parse_config({**MINIMAL, "server": {"workers": 2}, "limits": redis}, env={})
+    # Nothing can be limited: no keys, no default limits (or limits off).
+    no_limits = {**MINIMAL, "server": {"workers": 2}, "auth": {"enabled": False}}
+    assert parse_config(no_limits, env={})
+    assert parse_config({**MINIMAL, "server": {"workers": 2}, "limits": {"enabled": False}}, env={})
+
+
+def test_run_refuses_a_workers_override_the_limiter_cannot_count(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text("pools: {pd: {urls: ['http://127.0.0.1:8000']}}\nmodels: {m: {pool: pd}}\n")
+    assert main(["run", "--config", str(path), "--workers", "2"]) == 2

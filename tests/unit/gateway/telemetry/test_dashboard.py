@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from prometheus_client import Counter, Gauge, Histogram
 
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import GatewayMetrics, PlainCounter, PlainHistogram
 
 DASHBOARD = Path(__file__).parents[4] / "k8s" / "dashboards" / "pd-gateway.json"
 METRIC = re.compile(r"\b((?:gateway|gen_ai)_[a-z0-9_]+)\b")
@@ -24,6 +24,12 @@ def exposed() -> dict[str, set[str]]:
     """Every sample name GatewayMetrics can expose, with the labels it carries."""
     names: dict[str, set[str]] = {}
     for metric in vars(GatewayMetrics()).values():
+        if isinstance(metric, PlainCounter):  # the per-request ones, exposed by a collector
+            names[metric.name + "_total"] = set(metric.labelnames)
+        elif isinstance(metric, PlainHistogram):
+            labels = set(metric.labelnames)
+            names.update({metric.name + "_sum": labels, metric.name + "_count": labels})
+            names[metric.name + "_bucket"] = labels | {"le"}
         if not isinstance(metric, Counter | Gauge | Histogram):
             continue
         labels = set(metric._labelnames)

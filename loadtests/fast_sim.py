@@ -1,0 +1,125 @@
+"""The fast simulator: a fixed-answer OpenAI upstream for overhead benchmarks, served by granian.
+
+The project's simulator (``serve_app/sim``) plans and paces every answer and tops out at about
+2.9k streams/s here, which is below what the floor proxy can relay: a proxy-vs-floor ratio would
+then measure the simulator. This one only answers. Each body is built once at start-up with the
+simulator's own wire format (``serve_app/sim/wire.py``, so the bytes are vLLM's), and a request
+costs a JSON parse plus a few sends: granian (Rust HTTP, one worker) serves it at several times
+the floor's rate, which ``bench_overhead.py`` checks before it trusts a ratio.
+
+``POST /v1/chat/completions``: a ``chat.completion`` with usage, or with ``"stream": true`` the
+role chunk, ``--chunks`` content events (one ASGI message each, as an engine emits them), the
+finish chunk, the usage chunk when ``stream_options.include_usage`` asks for it, and ``[DONE]``.
+``GET /health`` and ``GET /v1/models`` answer for readiness checks.
+
+    python loadtests/fast_sim.py --port 8001 [--chunks 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from serve_app.sim.wire import SSE_DONE, ChatWireFormat, Completion, models_body
+
+MODEL = "sim-model"
+PROMPT_TOKENS = 12
+
+
+def answers(chunks: int, model: str) -> tuple[bytes, list[bytes], bytes]:
+    """The JSON answer, the stream's events before the usage chunk, and the usage chunk."""
+    wire = ChatWireFormat()
+    c = Completion(id="chatcmpl-fastsim", created=1_700_000_000, model=model)
+    words = [f" w{i}" for i in range(chunks)]
+    document = wire.response(c, "".join(words), "length", PROMPT_TOKENS, chunks)
+    events = [wire.role_chunk(c)]
+    events += [wire.token_chunk(c, w, None) for w in words]
+    events.append(wire.token_chunk(c, "", "length"))
+    return document, events, wire.usage_chunk(c, PROMPT_TOKENS, chunks)
+
+
+def make_app(chunks: int, model: str) -> Any:
+    document, events, usage_event = answers(chunks, model)
+    json_start = {
+        "type": "http.response.start",
+        "status": 200,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(document)).encode()),
+        ],
+    }
+    sse_start = {
+        "type": "http.response.start",
+        "status": 200,
+        "headers": [(b"content-type", b"text/event-stream; charset=utf-8")],
+    }
+    models = models_body((model,), 4096, 1_700_000_000)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["method"] == "GET":
+            body = models if scope["path"] == "/v1/models" else b"{}"
+            await send({**json_start, "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        raw = b""
+        more = True
+        while more:
+            message = await receive()
+            raw += message.get("body", b"")
+            more = message.get("more_body", False)
+        request = orjson.loads(raw)
+        if not request.get("stream"):
+            await send(json_start)
+            await send({"type": "http.response.body", "body": document})
+            return
+        await send(sse_start)
+        for event in events:
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        if (request.get("stream_options") or {}).get("include_usage"):
+            await send({"type": "http.response.body", "body": usage_event, "more_body": True})
+        await send({"type": "http.response.body", "body": SSE_DONE})
+
+    return app
+
+
+def from_env() -> Any:
+    """The app for granian's worker process (a factory: the worker imports this module anew)."""
+    return make_app(int(os.environ["FAST_SIM_CHUNKS"]), os.environ["FAST_SIM_MODEL"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--chunks", type=int, default=32)
+    parser.add_argument("--model", default=MODEL)
+    args = parser.parse_args()
+    from granian.constants import Interfaces, Loops
+    from granian.server import Server
+
+    os.environ["FAST_SIM_CHUNKS"], os.environ["FAST_SIM_MODEL"] = str(args.chunks), args.model
+    here = str(Path(__file__).resolve().parent)
+    os.environ["PYTHONPATH"] = os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])
+    sys.path.insert(0, here)
+    print(f"fast simulator on http://127.0.0.1:{args.port}", flush=True)
+    Server(
+        "fast_sim:from_env",
+        address="127.0.0.1",
+        port=args.port,
+        interface=Interfaces.ASGI,
+        workers=1,
+        loop=Loops.uvloop,
+        log_enabled=False,
+        factory=True,
+        working_dir=Path(here),
+    ).serve()
+
+
+if __name__ == "__main__":
+    main()
