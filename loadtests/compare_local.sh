@@ -16,9 +16,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$PY" -m serve_app.cli local up --state-dir "$STATE/serve" --port 0
 port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$PY" scripts/local_gateway_config.py --serve-state "$STATE/serve/state.json" --port "$port" --out "$STATE/gateway.yaml"
+# local up writes the stack's one gateway config (the same the e2e tests and run-local.sh use).
+"$PY" -m serve_app.cli local up --state-dir "$STATE/serve" --port 0 --gateway-port "$port"
+cp "$STATE/serve/gateway.yaml" "$STATE/gateway.yaml"
 "$PY" -m gateway tenants create --config "$STATE/gateway.yaml" loadtest --name "pd-loadtest" >/dev/null
 PD_LOADTEST_KEY=$("$PY" -m gateway keys create --config "$STATE/gateway.yaml" --tenant loadtest --name loadtest --print-secret-only)
 export PD_LOADTEST_KEY
