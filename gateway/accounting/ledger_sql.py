@@ -152,7 +152,7 @@ class UsageQuery:
     end: float | None = None
 
 
-def _rows_report(query: UsageQuery) -> Select[Any]:
+def _rows_report(query: UsageQuery) -> Select[*tuple[Any, ...]]:
     t = usage_ledger.c
     groups = [t[name] for name in query.group_by]
     statement = select(
@@ -170,7 +170,7 @@ def _rows_report(query: UsageQuery) -> Select[Any]:
     return statement
 
 
-def _daily_report(query: UsageQuery) -> Select[Any]:
+def _daily_report(query: UsageQuery) -> Select[*tuple[Any, ...]]:
     t = daily.usage_daily.c
     groups = [t[name] for name in query.group_by]
     statement = select(*groups, *(func.sum(t[name]).label(name) for name in daily.TOTALS))
@@ -178,7 +178,9 @@ def _daily_report(query: UsageQuery) -> Select[Any]:
     return statement.group_by(*groups).order_by(*groups)
 
 
-def _filtered(statement: Select[Any], t: Any, query: UsageQuery) -> Select[Any]:
+def _filtered(
+    statement: Select[*tuple[Any, ...]], t: Any, query: UsageQuery
+) -> Select[*tuple[Any, ...]]:
     """Equality filters, and the range in whole days (the day is the second column of every
     index, so the scan stays inside the range); exact times are the caller's to add."""
     for name in ("tenant_id", "key_id", "model"):

@@ -41,11 +41,14 @@ class UsageApi:
         if scope not in SCOPES:
             raise InvalidParameter("scope must be `key` or `tenant`.", param="scope")
         start, end = _time_range(request)
-        whole_tenant = principal is None or scope == "tenant"
+        tenant_id = key_id = None
+        if principal is not None:
+            tenant_id = principal.tenant_id
+            key_id = None if scope == "tenant" else principal.key_id
         query = UsageQuery(
             group_by=_groups(request, OWN_GROUPS, DEFAULT_OWN_GROUPS),
-            tenant_id=None if principal is None else principal.tenant_id,
-            key_id=None if whole_tenant else principal.key_id,
+            tenant_id=tenant_id,
+            key_id=key_id,
             start=start,
             end=end,
         )
