@@ -30,6 +30,7 @@ from gateway.upstream.config import Timeouts
 
 __all__ = [
     "ConfigError",
+    "ConsoleConfig",
     "GatewayConfig",
     "ModelConfig",
     "PoolConfig",
@@ -57,6 +58,12 @@ class ServerConfig(StrictModel):
     check costs time on every request."""
 
 
+class ConsoleConfig(StrictModel):
+    enabled: bool = False
+    """Serve the web console at ``/console`` (static files only; its data comes from the JSON
+    API with the key the user signs in with). Off by default; on in the local profile."""
+
+
 class GatewayConfig(StrictModel):
     server: ServerConfig = ServerConfig()
     pools: dict[str, PoolConfig] = Field(min_length=1)
@@ -72,6 +79,7 @@ class GatewayConfig(StrictModel):
     """The shared store of keys and usage (gateway/storage/config.py)."""
     auth: AuthConfig = AuthConfig()
     """API keys, the cache bound, the admin API (gateway/auth/config.py)."""
+    console: ConsoleConfig = ConsoleConfig()
 
     @model_validator(mode="after")
     def _models_name_known_pools(self) -> GatewayConfig:

@@ -114,7 +114,12 @@ def gateway_config(state: LocalState, port: int = 8080) -> dict[str, object]:
     for name in state.base_urls:
         alias = state.model if name == "colocated" else f"{state.model}-{name}"
         models[alias] = {"pool": name, "upstream_model": state.model}
-    return {"server": {"host": "127.0.0.1", "port": port}, "pools": pools, "models": models}
+    return {
+        "server": {"host": "127.0.0.1", "port": port},
+        "pools": pools,
+        "models": models,
+        "console": {"enabled": True},  # the gateway's web console at /console
+    }
 
 
 def _prepare(config: Path, state_dir: Path, port: int | None) -> tuple[ServingConfig, Path]:

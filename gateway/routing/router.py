@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gateway.errors import InvalidParameter
-from gateway.routing.canary import SlidingWindow, choose_variant, rollback_reason
+from gateway.routing.canary import SlidingWindow, WindowSummary, choose_variant, rollback_reason
 from gateway.routing.config import (
     CanaryConfig,
     ModelConfig,
@@ -54,6 +54,9 @@ class Variant:
         self.config = config
         self.weight = config.weight
         self.rolled_back = False
+        self.last_rollback: tuple[float, str] | None = None
+        """When (UNIX time) and why the canary judge last rolled this variant back; it stays
+        after an operator lifts the rollback, as the record of what happened."""
         self.upstream_model = config.upstream_model or upstream_model
         self.by_role = {
             role: pools[pool_name]
@@ -180,14 +183,21 @@ class ModelRouter:
         return Role.COLOCATED, "prompt_short"
 
     def observe(self, variant: Variant, error: bool, ttft: float | None) -> None:
-        """One finished request's outcome; may roll a variant back (at most one judgement/s)."""
-        if self.canary is None or len(self.variants) == 1:
+        """One finished request's outcome; may roll a variant back (at most one judgement/s).
+
+        Every split model keeps its variants' windows (the admin API shows their live error rate
+        and TTFT); only a model with a ``canary`` section is judged on them."""
+        if len(self.variants) == 1:
             return
         now = self._clock()
         variant.window.add(now, error, ttft)
-        if now - self._judged_at >= _JUDGE_EVERY_SECONDS:
+        if self.canary is not None and now - self._judged_at >= _JUDGE_EVERY_SECONDS:
             self._judged_at = now
             self._judge(now)
+
+    def window(self, variant: Variant) -> WindowSummary:
+        """The variant's outcomes over the recent window (empty for a one-variant model)."""
+        return variant.window.summary(self._clock())
 
     def _judge(self, now: float) -> None:
         canary = self.canary
@@ -210,6 +220,7 @@ class ModelRouter:
     def _roll_back(self, variant: Variant, reason: str) -> None:
         variant.weight = 0.0
         variant.rolled_back = True
+        variant.last_rollback = (time.time(), reason)
         self._weighted = self._weights()
         logger.warning(
             "canary rolled back",
@@ -228,7 +239,7 @@ class ModelRouter:
             if old is None or old.config != variant.config:
                 continue
             variant.weight, variant.rolled_back = old.weight, old.rolled_back
-            variant.window = old.window
+            variant.window, variant.last_rollback = old.window, old.last_rollback
         self._weighted = self._weights()
 
 
