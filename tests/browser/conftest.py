@@ -90,7 +90,9 @@ def site(sim: SimProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     with start_gateway(console_config(sim.url, database), tmp, env=ENV) as gateway:
         token = admin_key(f"sqlite:///{database}")
         admin = Admin(gateway.url, token)
-        admin.post("/tenants", {"id": "acme", "name": "Acme", "limits": {"tokens_per_minute": 90000}})
+        admin.post(
+            "/tenants", {"id": "acme", "name": "Acme", "limits": {"tokens_per_minute": 90000}}
+        )
         admin.post("/tenants", {"id": "globex", "name": "Globex"})
         acme = [admin.post("/tenants/acme/keys", {"name": n}) for n in ("ci", "batch")]
         globex = admin.post("/tenants/globex/keys", {"name": "globex-prod"})

@@ -34,9 +34,7 @@ def ledger_by_day(site: Site, field: str, tenant: str | None = None) -> dict[tup
         f"SELECT day, model, SUM({field}) FROM usage_ledger {where} GROUP BY day, model", *args
     )
     epoch = datetime.date(1970, 1, 1)
-    return {
-        ((epoch + datetime.timedelta(days=d)).isoformat(), m): int(v) for d, m, v in rows if v
-    }
+    return {((epoch + datetime.timedelta(days=d)).isoformat(), m): int(v) for d, m, v in rows if v}
 
 
 def test_admin_sees_every_tenant_and_charts_match_the_ledger(

@@ -118,7 +118,13 @@ function show(view) {
     else button.removeAttribute("aria-current");
   }
   for (const name of ["usage", "keys", "routing"]) $("view-" + name).hidden = name !== view;
-  ({ usage: loadUsage, keys: loadKeys, routing: loadRouting })[view]();
+  markReady(view, ({ usage: loadUsage, keys: loadKeys, routing: loadRouting })[view]());
+}
+
+// body[data-ready] names the view once its data is drawn: what tests and the benchmark wait for.
+function markReady(view, loading) {
+  document.body.removeAttribute("data-ready");
+  loading.then(() => { document.body.dataset.ready = view; });
 }
 
 async function tenantOptions(select, withAll) {
@@ -437,7 +443,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("sign-in-form").addEventListener("submit", signIn);
   $("sign-out").addEventListener("click", () => { signOut(); say("Signed out."); });
   for (const button of $("nav").querySelectorAll("button")) button.addEventListener("click", () => show(button.dataset.view));
-  $("usage-form").addEventListener("submit", (e) => { e.preventDefault(); loadUsage(); });
+  $("usage-form").addEventListener("submit", (e) => { e.preventDefault(); markReady("usage", loadUsage()); });
   $("usage-csv").addEventListener("click", downloadCsv);
   $("keys-tenant").addEventListener("change", () => { editingKey = null; $("new-secret").hidden = true; loadKeys(); });
   $("create-key-form").addEventListener("submit", createKey);
