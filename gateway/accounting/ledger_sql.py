@@ -9,8 +9,9 @@ the scan; either way at most ``MAX_REPORT_ROWS`` groups come back.
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from sqlalchemy import (
@@ -120,12 +121,17 @@ class SqlLedgerStore:
             await daily.add_totals(conn, self.db.backend, rows)
 
     async def report(self, query: UsageQuery) -> Report:
-        """Token totals grouped by ``query.group_by`` (some of day, tenant_id, key_id, model)."""
-        whole_days = daily.whole_days(query.start, query.end)
-        statement = _daily_report(query) if whole_days else _rows_report(query)
+        """Token totals grouped by ``query.group_by`` (some of day, tenant_id, key_id, model).
+
+        The whole days of the range come from the daily totals, the partial days at its ends
+        (at most one each) from the rows; the parts are added up here."""
+        merged: dict[tuple[Any, ...], dict[str, Any]] = {}
         async with self.db.transaction() as conn:
-            result = await conn.execute(statement.limit(MAX_REPORT_ROWS + 1))
-            rows = [_jsonable(row._asdict()) for row in result]
+            for part, whole_days in _parts(query):
+                statement = _daily_report(part) if whole_days else _rows_report(part)
+                for row in await conn.execute(statement.limit(MAX_REPORT_ROWS + 1)):
+                    _add(merged, row._asdict(), query.group_by)
+        rows = [_jsonable(merged[group]) for group in sorted(merged)]
         return Report(rows[:MAX_REPORT_ROWS], has_more=len(rows) > MAX_REPORT_ROWS)
 
     async def count(self) -> int:
@@ -152,6 +158,37 @@ class UsageQuery:
     end: float | None = None
 
 
+def _parts(query: UsageQuery) -> list[tuple[UsageQuery, bool]]:
+    """``query`` split into (part, whole days?): a partial first day, whole days, a partial
+    last day; a range inside one or two partial days is read from the rows alone."""
+    start, end = query.start, query.end
+    first = None if start is None else math.ceil(start / DAY) * DAY
+    last = None if end is None else math.floor(end / DAY) * DAY
+    if first is not None and last is not None and first >= last:
+        return [(query, daily.whole_days(start, end))]
+    parts = [(replace(query, start=first, end=last), True)]
+    if start is not None and start != first:
+        parts.append((replace(query, start=start, end=first), False))
+    if end is not None and end != last:
+        parts.append((replace(query, start=last, end=end), False))
+    return parts
+
+
+def _add(merged: dict[tuple[Any, ...], dict[str, Any]], row: dict[str, Any], groups: Any) -> None:
+    """Add one part's group into ``merged`` (anonymous tenant and key as '' in both sources)."""
+    row = {str(k): v for k, v in row.items()}
+    for name in ("tenant_id", "key_id"):
+        if name in row and row[name] is None:
+            row[name] = ""
+    group = tuple(row[g] for g in groups)
+    found = merged.get(group)
+    if found is None:
+        merged[group] = row
+    else:
+        for name in daily.TOTALS:
+            found[name] = (found[name] or 0) + (row[name] or 0)
+
+
 def _rows_report(query: UsageQuery) -> Select[*tuple[Any, ...]]:
     t = usage_ledger.c
     groups = [t[name] for name in query.group_by]
@@ -160,9 +197,7 @@ def _rows_report(query: UsageQuery) -> Select[*tuple[Any, ...]]:
         func.count().label("requests"),
         *(func.sum(t[name]).label(name) for name in daily.TOTALS[1:]),
     )
-    # Anonymous (NULL) groups first on both backends, where the daily totals' '' sorts.
-    ordered = (g.nulls_first() for g in groups)
-    statement = _filtered(statement, t, query).group_by(*groups).order_by(*ordered)
+    statement = _filtered(statement, t, query).group_by(*groups).order_by(*groups)
     if query.start is not None:
         statement = statement.where(t.created_at >= query.start)
     if query.end is not None:

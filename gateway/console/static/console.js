@@ -12,7 +12,6 @@ const session = {
   save(key, role) { sessionStorage.setItem("pdg.key", key); sessionStorage.setItem("pdg.role", role); },
   clear() { sessionStorage.removeItem("pdg.key"); sessionStorage.removeItem("pdg.role"); },
 };
-let usageRows = [];
 let editingKey = null;
 
 // ---- API --------------------------------------------------------------------------------
@@ -89,7 +88,6 @@ async function signIn(event) {
 
 function signOut() {
   session.clear();
-  usageRows = [];
   $("nav").hidden = true;
   $("sign-out").hidden = true;
   $("who").textContent = "";
@@ -143,6 +141,26 @@ function usageRange() {
   return [from, to];
 }
 
+// What the usage view asks for: the caller's tenant (tenant key), one tenant by key (admin with a
+// tenant chosen) or every tenant (admin); "who" names the table's grouping.
+function usageQuery() {
+  const [from, to] = usageRange();
+  if (!(to > from)) throw new Error("The range is empty: pick a start before the end.");
+  const params = new URLSearchParams({ start_time: from, end_time: to });
+  if (session.role !== "admin") { params.set("scope", "tenant"); return { path: "/v1/usage", params, who: "key_id", from, to }; }
+  const tenant = $("usage-tenant").value;
+  if (tenant) params.set("tenant_id", tenant);
+  return { path: "/admin/usage", params, who: tenant ? "key_id" : "tenant_id", from, to };
+}
+
+async function usageReport(query, groups) {
+  const params = new URLSearchParams(query.params);
+  params.set("group_by", groups);
+  return api("GET", query.path + "?" + params);
+}
+
+// Charts by day and model, the table by key (or tenant) and model: two small reports from the
+// daily totals, a few hundred rows even for a year (the day x key x model detail is the CSV's).
 async function loadUsage() {
   if (!$("usage-from").value) {
     const today = Math.floor(Date.now() / 1000 / DAY) * DAY;
@@ -150,55 +168,47 @@ async function loadUsage() {
     $("usage-to").value = day(today);
   }
   await guarded(async () => {
-    const admin = session.role === "admin";
-    if (admin && $("usage-tenant").options.length <= 1) await tenantOptions($("usage-tenant"), true);
-    const [from, to] = usageRange();
-    if (!(to > from)) throw new Error("The range is empty: pick a start before the end.");
-    const params = new URLSearchParams({ start_time: from, end_time: to });
-    const tenant = $("usage-tenant").value;
-    let path;
-    if (!admin) { params.set("scope", "tenant"); params.set("group_by", "day,key_id,model"); path = "/v1/usage"; }
-    else if (tenant) { params.set("tenant_id", tenant); params.set("group_by", "day,key_id,model"); path = "/admin/usage"; }
-    else { params.set("group_by", "day,tenant_id,model"); path = "/admin/usage"; }
-    const report = await api("GET", path + "?" + params);
-    usageRows = report.data;
-    renderUsage(from, to, admin && !tenant ? "tenant_id" : "key_id");
-    say(report.has_more ? "The report was cut: narrow the range." : `${fmt(usageRows.length)} rows`);
+    if (session.role === "admin" && $("usage-tenant").options.length <= 1) await tenantOptions($("usage-tenant"), true);
+    const query = usageQuery();
+    const [byDay, byWho] = await Promise.all([
+      usageReport(query, "day,model"), usageReport(query, query.who + ",model")]);
+    renderUsage(query, byDay.data, byWho.data);
+    say(byDay.has_more || byWho.has_more ? "The report was cut: narrow the range." : `${fmt(byWho.data.length)} rows`);
   });
 }
 
-function renderUsage(from, to, who) {
-  const models = [...new Set(usageRows.map((r) => r.model))].sort();
+function renderUsage(query, byDay, byWho) {
+  const models = [...new Set(byDay.map((r) => r.model))].sort();
   const days = [];
-  for (let t = from; t < to; t += DAY) days.push(day(t));
-  const charts = $("usage-charts");
-  charts.replaceChildren(
-    chart("Input tokens per day", "input_tokens", days, models),
-    chart("Output tokens per day", "output_tokens", days, models),
-    chart("Requests per day", "requests", days, models),
+  for (let t = query.from; t < query.to; t += DAY) days.push(day(t));
+  $("usage-charts").replaceChildren(
+    chart("Input tokens per day", "input_tokens", days, models, byDay),
+    chart("Output tokens per day", "output_tokens", days, models, byDay),
+    chart("Requests per day", "requests", days, models, byDay),
   );
+  const who = query.who;
   const whoLabel = who === "key_id" ? "Key" : "Tenant";
-  const cols = ["Date", whoLabel, "Model", "Requests", "Input tokens", "Output tokens", "Cached tokens"];
+  const cols = [whoLabel, "Model", "Requests", "Input tokens", "Output tokens", "Cached tokens"];
   const table = $("usage-table");
-  $("usage-caption").textContent = `Usage by day, ${whoLabel.toLowerCase()} and model`;
-  table.tHead.replaceChildren(el("tr", {}, ...cols.map((c, i) => el("th", { scope: "col", class: i > 2 ? "num" : null, text: c }))));
+  $("usage-caption").textContent = `Usage by ${whoLabel.toLowerCase()} and model, ${day(query.from)} to ${day(query.to - DAY)}`;
+  table.tHead.replaceChildren(el("tr", {}, ...cols.map((c, i) => el("th", { scope: "col", class: i > 1 ? "num" : null, text: c }))));
   const totals = { requests: 0, input_tokens: 0, output_tokens: 0, cached_tokens: 0 };
-  table.tBodies[0].replaceChildren(...usageRows.map((r) => {
+  table.tBodies[0].replaceChildren(...byWho.map((r) => {
     for (const k of Object.keys(totals)) totals[k] += r[k];
-    return el("tr", {}, el("td", { text: r.date }), el("td", { text: r[who] ?? "(none)" }), el("td", { text: r.model }),
+    return el("tr", {}, el("td", { text: r[who] ?? "(none)" }), el("td", { text: r.model }),
       ...Object.keys(totals).map((k) => el("td", { class: "num", text: fmt(r[k]) })));
   }));
-  table.tFoot.replaceChildren(el("tr", {}, el("td", { text: "Total", colspan: "3" }),
+  table.tFoot.replaceChildren(el("tr", {}, el("td", { text: "Total", colspan: "2" }),
     ...Object.keys(totals).map((k) => el("td", { class: "num", "data-total": k, text: fmt(totals[k]) }))));
 }
 
 // A stacked bar per day, one colour per model; each bar carries its numbers as data-* (and a
 // <title> for pointer users); the table below is the accessible alternative.
-function chart(title, field, days, models) {
+function chart(title, field, days, models, rows) {
   const width = Math.max(360, Math.min(640, days.length * 18 + 60)), height = 190;
   const plot = { left: 52, top: 10, right: width - 8, bottom: height - 28 };
   const byDay = new Map(days.map((d) => [d, new Map()]));
-  for (const r of usageRows) {
+  for (const r of rows) {
     const m = byDay.get(r.date);
     if (m) m.set(r.model, (m.get(r.model) || 0) + r[field]);
   }
@@ -244,17 +254,24 @@ function chart(title, field, days, models) {
 }
 const compact = (n) => (n >= 1e6 ? (n / 1e6).toFixed(1) + "M" : n >= 1e3 ? (n / 1e3).toFixed(1) + "k" : String(n));
 
-function downloadCsv() {
-  if (!usageRows.length) { say("Nothing to download: show a range with usage first."); return; }
-  const cols = Object.keys(usageRows[0]);
-  const quote = (v) => { const s = v === null || v === undefined ? "" : String(v); return /[",\n]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s; };
-  const text = [cols.join(","), ...usageRows.map((r) => cols.map((c) => quote(r[c])).join(","))].join("\n") + "\n";
-  const link = el("a", { href: URL.createObjectURL(new Blob([text], { type: "text/csv" })),
-    download: `usage-${$("usage-from").value}-${$("usage-to").value}.csv` });
-  document.body.append(link);
-  link.click();
-  link.remove();
-  setTimeout(() => URL.revokeObjectURL(link.href), 1000);
+// The CSV is the detail: one line per day, key (or tenant) and model, fetched when asked for.
+async function downloadCsv() {
+  await guarded(async () => {
+    const query = usageQuery();
+    const report = await usageReport(query, `day,${query.who},model`);
+    const rows = report.data;
+    if (!rows.length) { say("Nothing to download: no usage in this range."); return; }
+    const cols = Object.keys(rows[0]);
+    const quote = (v) => { const s = v === null || v === undefined ? "" : String(v); return /[",\n]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s; };
+    const text = [cols.join(","), ...rows.map((r) => cols.map((c) => quote(r[c])).join(","))].join("\n") + "\n";
+    const link = el("a", { href: URL.createObjectURL(new Blob([text], { type: "text/csv" })),
+      download: `usage-${$("usage-from").value}-${$("usage-to").value}.csv` });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(link.href), 1000);
+    say(report.has_more ? "The CSV was cut: narrow the range." : `${fmt(rows.length)} lines downloaded.`);
+  });
 }
 
 // ---- Keys and limits -----------------------------------------------------------------------
