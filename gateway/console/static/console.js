@@ -120,9 +120,17 @@ function show(view) {
 }
 
 // body[data-ready] names the view once its data is drawn: what tests and the benchmark wait for.
+// body[data-ready-ms] says how long it took, by the page's own clock: from navigation for the
+// first view of a page load, from the click for later ones.
+let navigated = true;
 function markReady(view, loading) {
+  const started = navigated ? 0 : performance.now();
+  navigated = false;
   document.body.removeAttribute("data-ready");
-  loading.then(() => { document.body.dataset.ready = view; });
+  loading.then(() => {
+    document.body.dataset.readyMs = String(Math.round(performance.now() - started));
+    document.body.dataset.ready = view;
+  });
 }
 
 async function tenantOptions(select, withAll) {
