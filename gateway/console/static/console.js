@@ -176,10 +176,12 @@ async function loadUsage() {
     $("usage-to").value = day(today);
   }
   await guarded(async () => {
-    if (session.role === "admin" && $("usage-tenant").options.length <= 1) await tenantOptions($("usage-tenant"), true);
+    // The tenant list loads beside the reports (the first view asks for every tenant anyway).
+    const tenants = session.role === "admin" && $("usage-tenant").options.length <= 1
+      ? tenantOptions($("usage-tenant"), true) : null;
     const query = usageQuery();
     const [byDay, byWho] = await Promise.all([
-      usageReport(query, "day,model"), usageReport(query, query.who + ",model")]);
+      usageReport(query, "day,model"), usageReport(query, query.who + ",model"), tenants]);
     renderUsage(query, byDay.data, byWho.data);
     say(byDay.has_more || byWho.has_more ? "The report was cut: narrow the range." : `${fmt(byWho.data.length)} rows`);
   });
