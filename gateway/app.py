@@ -26,10 +26,11 @@ from gateway import errors
 from gateway.accesslog import AccessLog
 from gateway.accounting.ledger_sql import SqlLedgerStore
 from gateway.accounting.usage_api import usage_routes
-from gateway.admin.api import admin_routes
+from gateway.admin.api import admin_routes, own_key_routes
 from gateway.admin.routing import routing_admin_routes
 from gateway.auth.middleware import auth_middleware
 from gateway.config import GatewayConfig
+from gateway.console import console_routes
 from gateway.endpoints import Healthz, ListModels, Metrics, OpenAPI, Readyz, RetrieveModel
 from gateway.middleware import RequestIdMiddleware
 from gateway.proxy.handler import ProxyEndpoint
@@ -84,6 +85,8 @@ def create_app(
         # Before the /admin mount, which would otherwise answer /admin/usage with a 404.
         *usage_routes(SqlLedgerStore(state.database), admin=state.auth is not None),
         *admin_routes(state.auth),
+        *own_key_routes(state.auth),
+        *console_routes(enabled=config.console.enabled),
     ]
     app = GatewayApp(
         proxies,
@@ -102,7 +105,8 @@ def create_app(
                 if state.tracing.provider is not None
                 else []
             ),
-            *auth_middleware(state.auth),  # deny by default; inside the span and access log
+            # Deny by default; inside the span and access log.
+            *auth_middleware(state.auth, console=config.console.enabled),
         ],
         # An unexpected exception is answered by RequestIdMiddleware (with the request's ids).
         exception_handlers={

@@ -30,6 +30,7 @@ from gateway.upstream.config import Timeouts
 
 __all__ = [
     "ConfigError",
+    "ConsoleConfig",
     "GatewayConfig",
     "ModelConfig",
     "PoolConfig",
@@ -80,6 +81,12 @@ class ServerConfig(StrictModel):
     """Requests being served at once (probes excepted); more get 503 ``server_overloaded``."""
 
 
+class ConsoleConfig(StrictModel):
+    enabled: bool = False
+    """Serve the web console at ``/console`` (static files only; its data comes from the JSON
+    API with the key the user signs in with). Off by default; on in the local profile."""
+
+
 class GatewayConfig(StrictModel):
     server: ServerConfig = ServerConfig()
     pools: dict[str, PoolConfig] = Field(min_length=1)
@@ -95,6 +102,7 @@ class GatewayConfig(StrictModel):
     """The shared store of keys and usage (gateway/storage/config.py)."""
     auth: AuthConfig = AuthConfig()
     """API keys, the cache bound, the admin API (gateway/auth/config.py)."""
+    console: ConsoleConfig = ConsoleConfig()
 
     @model_validator(mode="after")
     def _limits_exact_across_workers(self) -> GatewayConfig:

@@ -214,6 +214,7 @@ def openapi_document() -> dict[str, Any]:
             "/v1/models/{model}": retrieve,
             "/healthz": {"get": {**_get("Liveness", {"type": "object"})["get"], **public}},
             "/readyz": {"get": {**_get("Readiness", {"type": "object"})["get"], **public}},
+            **_management_paths(unauthorized),
         },
         "security": [{"bearer": []}, {"apiKeyHeader": []}],
         "components": {
@@ -224,6 +225,83 @@ def openapi_document() -> dict[str, Any]:
             },
         },
     }
+
+
+_USAGE_QUERY = ("start_time", "end_time", "group_by")
+_OBJECT = {"type": "object"}
+_LIST = {
+    "type": "object",
+    "required": ["object", "data"],
+    "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": _OBJECT}},
+}
+
+
+def _op(
+    summary: str,
+    errors: dict[str, Any],
+    *,
+    query: tuple[str, ...] = (),
+    path: tuple[str, ...] = (),
+    body: bool = False,
+    result: dict[str, Any] = _OBJECT,
+) -> dict[str, Any]:
+    """An operation of the management API (keys required; errors in the OpenAI envelope)."""
+    op: dict[str, Any] = {
+        "summary": summary,
+        "parameters": [
+            *(
+                {"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
+                for n in path
+            ),
+            *(
+                {"name": n, "in": "query", "required": False, "schema": {"type": "string"}}
+                for n in query
+            ),
+        ],
+        "responses": {
+            "200": {"description": summary, "content": {"application/json": {"schema": result}}},
+            **errors,
+        },
+    }
+    if body:
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": _OBJECT}}}
+    return op
+
+
+def _management_paths(errors: dict[str, Any]) -> dict[str, Any]:
+    """Usage, keys and routing: what the web console reads (it has no other API). Their
+    fields are described in gateway/accounting/usage_api.py and gateway/admin/*.py."""
+    t, k = ("tenant",), ("key",)
+    return {
+        "/v1/usage": {"get": _op(
+            "The caller's usage (scope=key) or its tenant's (scope=tenant), by some of day, "
+            "key_id, model; has_more when cut", errors, query=(*_USAGE_QUERY, "scope"),
+            result=_LIST)},
+        "/v1/keys": {"get": _op("The caller's tenant's keys, never secrets", errors,
+                                result=_LIST)},
+        "/admin/usage": {"get": _op(
+            "Any tenant's or key's usage (admin keys)", errors,
+            query=(*_USAGE_QUERY, "tenant_id", "key_id", "model"), result=_LIST)},
+        "/admin/tenants": {"get": _op("Tenants", errors, result=_LIST),
+                           "post": _op("Create a tenant", errors, body=True)},
+        "/admin/tenants/{tenant}": {
+            "get": _op("One tenant", errors, path=t),
+            "patch": _op("Replace a tenant's limits: {limits}", errors, path=t, body=True)},
+        "/admin/tenants/{tenant}/keys": {
+            "get": _op("A tenant's keys, never secrets", errors, path=t, result=_LIST),
+            "post": _op("Create a key; its secret (key) is in this answer only", errors,
+                        path=t, body=True)},
+        "/admin/keys/{key}": {
+            "get": _op("One key", errors, path=k),
+            "patch": _op("Change a key's limits or expiry: {limits?, expires_at?, "
+                         "clear_expiry?}", errors, path=k, body=True)},
+        "/admin/keys/{key}/revoke": {"post": _op("Revoke a key", errors, path=k)},
+        "/admin/routing": {"get": _op(
+            "Models (variants, weights, recent error rate and p95 TTFT, canary, last "
+            "rollback) and pools (replicas, health, breakers)", errors)},
+        "/admin/routing/models/{model}/variants/{variant}": {"put": _op(
+            "Set a variant's weight: {weight}", errors, path=("model", "variant"), body=True)},
+    }  # fmt: skip
 
 
 def _schemas() -> dict[str, Any]:

@@ -29,6 +29,7 @@ def _base(port: int, data_dir: Path) -> dict[str, Any]:
     return {
         "server": {"host": "127.0.0.1", "port": port},
         "storage": {"url": f"sqlite:///{data_dir.resolve() / 'gateway.db'}"},
+        "console": {"enabled": True},  # the web console at /console (off by default)
     }
 
 

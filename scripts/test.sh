@@ -14,6 +14,8 @@ need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 [ -x /usr/lib/postgresql/15/bin/postgres ] || need+=(postgresql)
 command -v taskset >/dev/null || need+=(util-linux)
+# The web console's browser tests drive Debian's Chromium through Playwright (tests/browser).
+[ -x /usr/bin/chromium ] || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq

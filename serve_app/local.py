@@ -138,6 +138,7 @@ def gateway_config(
     config: dict[str, object] = {"server": {"host": "127.0.0.1", "port": port}}
     if data_dir is not None:
         config["storage"] = {"url": f"sqlite:///{data_dir.resolve() / 'gateway.db'}"}
+    config["console"] = {"enabled": True}  # the gateway's web console at /console
     return {**config, "pools": pools, "models": models}
 
 

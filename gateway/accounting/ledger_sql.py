@@ -1,14 +1,17 @@
 """The usage ledger in the shared store (SQLite or PostgreSQL): its migrations, table and queries.
 
 ``day`` (UTC day number) is stored with each row so both backends group by day alike, and the
-usage reports group in SQL rather than reading rows back.
+usage reports group in SQL rather than reading rows back. Reports over whole days read the daily
+totals (``daily.py``), others the rows, bounded by day so the (tenant|key, day) indexes narrow
+the scan; either way at most ``MAX_REPORT_ROWS`` groups come back.
 """
 
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from sqlalchemy import (
@@ -24,12 +27,16 @@ from sqlalchemy import (
     insert,
     select,
 )
+from sqlalchemy.sql import Select
 
+from gateway.accounting import daily
 from gateway.accounting.ledger import UsageRow
 from gateway.storage.database import Database
 from gateway.storage.migrations import Migration
 
-DAY = 86400
+DAY = daily.DAY
+MAX_REPORT_ROWS = 10_000
+"""A year of days x 27 models, or 10 000 keys: a report larger than this is cut (``has_more``)."""
 
 _COLUMNS = """
     request_id TEXT NOT NULL,
@@ -79,6 +86,7 @@ LEDGER_MIGRATIONS = (
         "usage ledger: the operation (chat/completions, responses...) each row was served as",
         ("ALTER TABLE usage_ledger ADD COLUMN operation TEXT",),
     ),
+    Migration("ledger", 4, "daily usage totals, kept with every batch", daily.CREATE),
 )
 
 metadata = MetaData()
@@ -128,39 +136,34 @@ class SqlLedgerStore:
         values = [_values(r) for r in rows]
         async with self.db.transaction() as conn:
             await conn.execute(insert(usage_ledger), values)
+            await daily.add_totals(conn, self.db.backend, rows)
 
-    async def report(self, query: UsageQuery) -> list[dict[str, Any]]:
-        """Token totals grouped by ``query.group_by`` (some of day, tenant_id, key_id, model)."""
-        t = usage_ledger.c
-        groups = [t[name] for name in query.group_by]
-        statement = (
-            select(
-                *groups,
-                func.count().label("requests"),
-                func.sum(t.input_tokens).label("input_tokens"),
-                func.sum(t.output_tokens).label("output_tokens"),
-                func.sum(t.cached_tokens).label("cached_tokens"),
-            )
-            .group_by(*groups)
-            .order_by(*groups)
-        )
-        for name in ("tenant_id", "key_id", "model"):
-            value = getattr(query, name)
-            if value is not None:
-                statement = statement.where(t[name] == value)
-        if query.start is not None:
-            statement = statement.where(t.created_at >= query.start)
-        if query.end is not None:
-            statement = statement.where(t.created_at < query.end)
-        async with self.db.read() as conn:
-            result = await conn.execute(statement)
-            return [_jsonable(row._asdict()) for row in result]
+    async def report(self, query: UsageQuery) -> Report:
+        """Token totals grouped by ``query.group_by`` (some of day, tenant_id, key_id, model).
+
+        The whole days of the range come from the daily totals, the partial days at its ends
+        (at most one each) from the rows; the parts are added up here."""
+        merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+        async with self.db.transaction() as conn:
+            for part, whole_days in _parts(query):
+                statement = _daily_report(part) if whole_days else _rows_report(part)
+                for row in await conn.execute(statement.limit(MAX_REPORT_ROWS + 1)):
+                    _add(merged, row._asdict(), query.group_by)
+        rows = [_jsonable(merged[group]) for group in sorted(merged)]
+        return Report(rows[:MAX_REPORT_ROWS], has_more=len(rows) > MAX_REPORT_ROWS)
 
     async def count(self) -> int:
         async with self.db.read() as conn:
             return int(
                 (await conn.execute(select(func.count()).select_from(usage_ledger))).scalar_one()
             )
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    rows: list[dict[str, Any]]
+    has_more: bool = False
+    """More groups matched than ``MAX_REPORT_ROWS``: narrow the range or the grouping."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,12 +176,89 @@ class UsageQuery:
     end: float | None = None
 
 
+def _parts(query: UsageQuery) -> list[tuple[UsageQuery, bool]]:
+    """``query`` split into (part, whole days?): a partial first day, whole days, a partial
+    last day; a range inside one or two partial days is read from the rows alone."""
+    start, end = query.start, query.end
+    first = None if start is None else math.ceil(start / DAY) * DAY
+    last = None if end is None else math.floor(end / DAY) * DAY
+    if first is not None and last is not None and first >= last:
+        return [(query, daily.whole_days(start, end))]
+    parts = [(replace(query, start=first, end=last), True)]
+    if start is not None and start != first:
+        parts.append((replace(query, start=start, end=first), False))
+    if end is not None and end != last:
+        parts.append((replace(query, start=last, end=end), False))
+    return parts
+
+
+def _add(merged: dict[tuple[Any, ...], dict[str, Any]], row: dict[str, Any], groups: Any) -> None:
+    """Add one part's group into ``merged`` (anonymous tenant and key as '' in both sources)."""
+    row = {str(k): v for k, v in row.items()}
+    for name in ("tenant_id", "key_id"):
+        if name in row and row[name] is None:
+            row[name] = ""
+    group = tuple(row[g] for g in groups)
+    found = merged.get(group)
+    if found is None:
+        merged[group] = row
+    else:
+        for name in daily.TOTALS:
+            found[name] = (found[name] or 0) + (row[name] or 0)
+
+
+def _rows_report(query: UsageQuery) -> Select[*tuple[Any, ...]]:
+    t = usage_ledger.c
+    groups = [t[name] for name in query.group_by]
+    statement = select(
+        *groups,
+        func.count().label("requests"),
+        *(func.sum(t[name]).label(name) for name in daily.TOTALS[1:]),
+    )
+    statement = _filtered(statement, t, query).group_by(*groups).order_by(*groups)
+    if query.start is not None:
+        statement = statement.where(t.created_at >= query.start)
+    if query.end is not None:
+        statement = statement.where(t.created_at < query.end)
+    return statement
+
+
+def _daily_report(query: UsageQuery) -> Select[*tuple[Any, ...]]:
+    t = daily.usage_daily.c
+    groups = [t[name] for name in query.group_by]
+    statement = select(*groups, *(func.sum(t[name]).label(name) for name in daily.TOTALS))
+    statement = _filtered(statement, t, query)
+    return statement.group_by(*groups).order_by(*groups)
+
+
+def _filtered(
+    statement: Select[*tuple[Any, ...]], t: Any, query: UsageQuery
+) -> Select[*tuple[Any, ...]]:
+    """Equality filters, and the range in whole days (the day is the second column of every
+    index, so the scan stays inside the range); exact times are the caller's to add."""
+    for name in ("tenant_id", "key_id", "model"):
+        value = getattr(query, name)
+        if value is not None:
+            statement = statement.where(t[name] == value)
+    if query.start is not None:
+        statement = statement.where(t.day >= int(query.start // DAY))
+    if query.end is not None:
+        # The day of ``end`` itself only when ``end`` falls inside it.
+        last = query.end / DAY
+        statement = statement.where(t.day < (int(last) if last == int(last) else int(last) + 1))
+    return statement
+
+
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
     """Sums come back as Decimal on PostgreSQL; the API speaks integers. Column names are
     SQLAlchemy's ``quoted_name`` (a str subclass, which orjson refuses as a key)."""
     out = {
-        str(k): int(v) if k.endswith("_tokens") or k == "requests" else v for k, v in row.items()
+        str(k): int(v or 0) if k.endswith("_tokens") or k == "requests" else v
+        for k, v in row.items()
     }
+    for name in ("tenant_id", "key_id"):  # anonymous rows: '' in the daily totals
+        if out.get(name) == "":
+            out[name] = None
     if "day" in out:
         out["date"] = _date(out.pop("day"))
     return out

@@ -1,27 +1,33 @@
 """The usage reports, read from the ledger (rows arrive within the ledger's write interval).
 
-    GET /v1/usage?start_time=&end_time=        the caller's own key, by day and model
+    GET /v1/usage?start_time=&end_time=&group_by=day,model&scope=key
+        a tenant key's own usage (``scope=key``, the default) or its whole tenant's
+        (``scope=tenant``), grouped by some of day, key_id, model
     GET /admin/usage?tenant_id=&key_id=&model=&start_time=&end_time=&group_by=tenant_id,key_id
-                                               any tenant or key (admin keys only)
+        any tenant or key (admin keys only)
 
-Times are UNIX seconds, ``start_time`` inclusive and ``end_time`` exclusive.
+Times are UNIX seconds, ``start_time`` inclusive and ``end_time`` exclusive; whole UTC days
+(multiples of 86400) are answered from the daily totals. The answer is
+``{"object": "list", "data": [...], "has_more": false}``; ``has_more`` says the report was cut at
+``MAX_REPORT_ROWS`` groups.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.accounting.ledger_sql import SqlLedgerStore, UsageQuery
+from gateway.accounting.ledger_sql import Report, SqlLedgerStore, UsageQuery
 from gateway.errors import InvalidParameter
 from gateway.wire.outcome import PRINCIPAL_KEY
 
 ADMIN_GROUPS = ("day", "tenant_id", "key_id", "model")
 DEFAULT_ADMIN_GROUPS = ("tenant_id", "key_id", "model")
+OWN_GROUPS = ("day", "key_id", "model")
+DEFAULT_OWN_GROUPS = ("day", "model")
+SCOPES = ("key", "tenant")
 
 
 class UsageApi:
@@ -31,10 +37,18 @@ class UsageApi:
     async def own(self, request: Request) -> Response:
         """Without authentication there is one caller: the report covers every request."""
         principal = request.scope.get(PRINCIPAL_KEY)
+        scope = request.query_params.get("scope", "key")
+        if scope not in SCOPES:
+            raise InvalidParameter("scope must be `key` or `tenant`.", param="scope")
         start, end = _time_range(request)
+        tenant_id = key_id = None
+        if principal is not None:
+            tenant_id = principal.tenant_id
+            key_id = None if scope == "tenant" else principal.key_id
         query = UsageQuery(
-            group_by=("day", "model"),
-            key_id=None if principal is None else principal.key_id,
+            group_by=_groups(request, OWN_GROUPS, DEFAULT_OWN_GROUPS),
+            tenant_id=tenant_id,
+            key_id=key_id,
             start=start,
             end=end,
         )
@@ -42,16 +56,9 @@ class UsageApi:
 
     async def admin(self, request: Request) -> Response:
         params = request.query_params
-        groups = tuple(g for g in params.get("group_by", "").split(",") if g)
-        unknown = [g for g in groups if g not in ADMIN_GROUPS]
-        if unknown:
-            raise InvalidParameter(
-                f"group_by: unknown {', '.join(unknown)} (use {', '.join(ADMIN_GROUPS)})",
-                param="group_by",
-            )
         start, end = _time_range(request)
         query = UsageQuery(
-            group_by=groups or DEFAULT_ADMIN_GROUPS,
+            group_by=_groups(request, ADMIN_GROUPS, DEFAULT_ADMIN_GROUPS),
             tenant_id=params.get("tenant_id"),
             key_id=params.get("key_id"),
             model=params.get("model"),
@@ -70,6 +77,20 @@ def usage_routes(store: SqlLedgerStore, *, admin: bool) -> list[BaseRoute]:
     return routes
 
 
+def _groups(
+    request: Request, allowed: tuple[str, ...], default: tuple[str, ...]
+) -> tuple[str, ...]:
+    asked = request.query_params.get("group_by", "").split(",")
+    groups = tuple(dict.fromkeys(g for g in asked if g))
+    unknown = [g for g in groups if g not in allowed]
+    if unknown:
+        shown = ", ".join(g[:40] for g in unknown[:5])
+        raise InvalidParameter(
+            f"group_by: unknown {shown} (use {', '.join(allowed)})", param="group_by"
+        )
+    return groups or default
+
+
 def _time_range(request: Request) -> tuple[float | None, float | None]:
     return _seconds(request, "start_time"), _seconds(request, "end_time")
 
@@ -79,11 +100,14 @@ def _seconds(request: Request, name: str) -> float | None:
     if value is None:
         return None
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
-        raise InvalidParameter(f"{name} must be UNIX seconds, got {value!r}", param=name) from None
+        seconds = float("nan")
+    if not 0 <= seconds < 1e11:  # NaN and infinities fail too
+        raise InvalidParameter(f"{name} must be UNIX seconds, got {value[:40]!r}", param=name)
+    return seconds
 
 
-def _listing(rows: list[dict[str, Any]]) -> Response:
-    body = orjson.dumps({"object": "list", "data": rows})
+def _listing(report: Report) -> Response:
+    body = orjson.dumps({"object": "list", "data": report.rows, "has_more": report.has_more})
     return Response(body, media_type="application/json")

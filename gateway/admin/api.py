@@ -3,15 +3,21 @@
     POST /admin/tenants                     {"id", "name"?, "allowed_models"?, "limits"?, "labels"?}
     GET  /admin/tenants
     GET  /admin/tenants/{tenant}
+    PATCH /admin/tenants/{tenant}           {"limits"}: replaces the tenant's limits
     POST /admin/tenants/{tenant}/disable    and /enable
     POST /admin/tenants/{tenant}/keys       {"name", "allowed_models"?, "limits"?, "expires_*"?}
     GET  /admin/tenants/{tenant}/keys
     GET  /admin/keys                        every tenant's keys
     GET  /admin/keys/{key}
+    PATCH /admin/keys/{key}                 {"limits"?, "expires_at"?, "clear_expiry"?}
     POST /admin/keys/{key}/revoke
     POST /admin/keys/{key}/rotate           {"grace_seconds"?}
 
+    GET  /v1/keys                           a tenant key: its own tenant's keys (read only)
+
 Created and rotated keys carry their secret (``"key"``) in that one response; listings never do.
+Tenant keys may list their tenant's keys but not create or revoke any: a leaked key that could
+mint keys would outlive its own revocation.
 """
 
 from __future__ import annotations
@@ -28,7 +34,15 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from configkit import format_validation_error
-from gateway.auth.manage import InvalidSpec, KeySpec, RotateSpec, TenantSpec, UnknownRecord
+from gateway.auth.manage import (
+    InvalidSpec,
+    KeySpec,
+    KeyUpdate,
+    RotateSpec,
+    TenantSpec,
+    TenantUpdate,
+    UnknownRecord,
+)
 from gateway.auth.service import AuthService
 from gateway.auth.store import RecordExists
 from gateway.errors import (
@@ -38,6 +52,7 @@ from gateway.errors import (
     KeyStoreUnavailable,
     NotFound,
 )
+from gateway.wire.outcome import PRINCIPAL_KEY
 
 logger = logging.getLogger(__name__)
 SpecT = TypeVar("SpecT", bound=BaseModel)
@@ -53,17 +68,26 @@ def admin_routes(auth: AuthService | None) -> list[BaseRoute]:
         ("GET", "/tenants", api.list_tenants),
         ("POST", "/tenants", api.create_tenant),
         ("GET", "/tenants/{tenant}", api.get_tenant),
+        ("PATCH", "/tenants/{tenant}", api.update_tenant),
         ("POST", "/tenants/{tenant}/disable", api.disable_tenant),
         ("POST", "/tenants/{tenant}/enable", api.enable_tenant),
         ("GET", "/tenants/{tenant}/keys", api.list_tenant_keys),
         ("POST", "/tenants/{tenant}/keys", api.create_key),
         ("GET", "/keys", api.list_keys),
         ("GET", "/keys/{key}", api.get_key),
+        ("PATCH", "/keys/{key}", api.update_key),
         ("POST", "/keys/{key}/revoke", api.revoke_key),
         ("POST", "/keys/{key}/rotate", api.rotate_key),
     ]
     routes = [Route(path, _translated(fn), methods=[method]) for method, path, fn in table]
     return [Mount("/admin", routes=routes)]
+
+
+def own_key_routes(auth: AuthService | None) -> list[BaseRoute]:
+    """``GET /v1/keys`` for tenant keys (none when authentication is off)."""
+    if auth is None:
+        return []
+    return [Route("/v1/keys", _translated(AdminApi(auth).list_own_keys), methods=["GET"])]
 
 
 class AdminApi:
@@ -80,6 +104,12 @@ class AdminApi:
 
     async def get_tenant(self, request: Request) -> Response:
         return _json((await self.manager.tenant(request.path_params["tenant"])).public())
+
+    async def update_tenant(self, request: Request) -> Response:
+        spec = await _spec(request, TenantUpdate)
+        tenant = await self.manager.set_tenant_limits(request.path_params["tenant"], spec)
+        self.authenticator.forget()  # every cached key of the tenant carries its limits
+        return _json(tenant.public())
 
     async def disable_tenant(self, request: Request) -> Response:
         return await self._set_enabled(request, False)
@@ -101,6 +131,18 @@ class AdminApi:
 
     async def get_key(self, request: Request) -> Response:
         return _json((await self.manager.key(request.path_params["key"])).public())
+
+    async def update_key(self, request: Request) -> Response:
+        key = await self.manager.update_key(
+            request.path_params["key"], await _spec(request, KeyUpdate)
+        )
+        self.authenticator.forget(key.id)
+        return _json(key.public())
+
+    async def list_own_keys(self, request: Request) -> Response:
+        """The caller's tenant's keys; the middleware put the tenant key's Principal here."""
+        tenant_id = request.scope[PRINCIPAL_KEY].tenant_id
+        return _list([k.public() for k in await self.manager.store.keys(tenant_id)])
 
     async def revoke_key(self, request: Request) -> Response:
         key = await self.manager.revoke_key(request.path_params["key"])

@@ -1,6 +1,7 @@
 """Routing's part of the admin API (admin keys only, like everything under ``/admin/``).
 
-GET  /admin/routing                                      variants, weights, rollbacks, pools
+GET  /admin/routing                                      variants (weights, recent error rate and
+                                                         p95 TTFT, rollbacks), canary, pools
 POST /admin/routing/reload                               re-read the config file (as SIGHUP)
 PUT  /admin/routing/models/{model}/variants/{variant}    {"weight": 10}: also lifts a rollback
      (re-enabling: logged, counted in gateway_canary_reenables_total, shown under ``reenabled``;
@@ -18,7 +19,7 @@ from starlette.routing import BaseRoute, Route
 
 from configkit import ConfigError
 from gateway.errors import InvalidJSON, InvalidParameter, InvalidRequest, ModelNotFound
-from gateway.routing.router import ModelRouter
+from gateway.routing.router import ModelRouter, Variant
 from gateway.runtime.reload import ConfigReloader
 from gateway.runtime.state import GatewayState
 from gateway.runtime.table import replica_status
@@ -92,20 +93,29 @@ def _weight_from(body: bytes) -> float:
 
 
 def _router_status(router: ModelRouter) -> dict[str, Any]:
+    canary = router.canary
     return {
         "policy": router.policy.model_dump(),
-        "variants": {
-            v.name: {
-                "weight": v.weight,
-                "configured_weight": v.config.weight,
-                "rolled_back": v.rolled_back,
-                "rollback": None
-                if v.rollback is None
-                else {**v.rollback.show(), "applied_at": v.rollback_applied_at},
-                "reenabled": None if v.reenabled is None else v.reenabled.show(),
-                "pools": {role.value: pool.name for role, pool in v.by_role.items()},
-            }
-            for v in router.variants.values()
+        "canary": None if canary is None else canary.model_dump(),
+        "variants": {v.name: _variant_status(router, v) for v in router.variants.values()},
+    }
+
+
+def _variant_status(router: ModelRouter, v: Variant) -> dict[str, Any]:
+    window = router.window(v)
+    last = v.rollback
+    return {
+        "weight": v.weight,
+        "configured_weight": v.config.weight,
+        "rolled_back": v.rolled_back,
+        "rollback": None if last is None else {**last.show(), "applied_at": v.rollback_applied_at},
+        "last_rollback": None if last is None else {"at": last.at, "reason": last.reason},
+        "reenabled": None if v.reenabled is None else v.reenabled.show(),
+        "pools": {role.value: pool.name for role, pool in v.by_role.items()},
+        "window": {
+            "requests": window.requests,
+            "error_rate": window.error_rate,
+            "ttft_p95_ms": None if window.ttft_p95 is None else window.ttft_p95 * 1000,
         },
     }
 

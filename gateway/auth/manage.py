@@ -63,6 +63,27 @@ class KeySpec(_Spec):
         return self
 
 
+class TenantUpdate(_Spec):
+    limits: Limits
+    """Replaces the tenant's limits: a limit left out is lifted."""
+
+
+class KeyUpdate(_Spec):
+    """What an admin may change on a key: ``limits`` replaces the key's own (a limit left out
+    falls back to the tenant's); ``expires_at`` sets a new expiry, ``clear_expiry`` removes it;
+    what is not given stays."""
+
+    limits: Limits | None = None
+    expires_at: float | None = Field(None, gt=0)
+    clear_expiry: bool = False
+
+    @model_validator(mode="after")
+    def _one_expiry(self) -> KeyUpdate:
+        if self.clear_expiry and self.expires_at is not None:
+            raise ValueError("give expires_at or clear_expiry, not both")
+        return self
+
+
 class RotateSpec(_Spec):
     grace_seconds: float = Field(0, ge=0, le=MAX_GRACE_SECONDS)
     """How long the old secret keeps working next to the new one."""
@@ -109,6 +130,25 @@ class KeyManager:
         if not await self.store.set_tenant_enabled(tenant_id, enabled, self.clock()):
             raise UnknownRecord(f"no tenant {tenant_id!r}")
         return await self.tenant(tenant_id)
+
+    async def set_tenant_limits(self, tenant_id: str, update: TenantUpdate) -> Tenant:
+        if not await self.store.set_tenant_limits(tenant_id, update.limits, self.clock()):
+            raise UnknownRecord(f"no tenant {tenant_id!r}")
+        return await self.tenant(tenant_id)
+
+    async def update_key(self, key_id: str, update: KeyUpdate) -> ApiKey:
+        """New limits and/or expiry; what the update leaves out stays as it was."""
+        key = await self.key(key_id)
+        expires_at = key.expires_at
+        if update.clear_expiry:
+            expires_at = None
+        elif update.expires_at is not None:
+            if update.expires_at <= self.clock():
+                raise InvalidSpec("expires_at is in the past (revoke the key instead)")
+            expires_at = update.expires_at
+        limits = key.limits if update.limits is None else update.limits
+        await self.store.update_key(key_id, limits, expires_at)
+        return await self.key(key_id)
 
     async def create_key(self, tenant_id: str, spec: KeySpec) -> IssuedKey:
         tenant = await self.tenant(tenant_id)

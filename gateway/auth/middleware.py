@@ -24,24 +24,32 @@ from gateway.wire.outcome import PRINCIPAL_KEY
 # nothing about tenants; /metrics is public unless auth.public_metrics is false.
 ALWAYS_PUBLIC = ("/healthz", "/readyz", "/openapi.json")
 METRICS_PATH = "/metrics"
+# The web console's static files, when ``console.enabled``: exact paths, no prefix, so nothing
+# else under /console can ever be reached without a key. The page holds no data; every figure
+# it shows comes from the JSON API, called with the key the user signs in with.
+CONSOLE_FILES = ("console.css", "console.js")
+CONSOLE_PATHS = ("/console", "/console/", *(f"/console/{name}" for name in CONSOLE_FILES))
 ADMIN_PREFIX = "/admin/"
 
 _BEARER = b"bearer "
 
 
-def auth_middleware(auth: AuthService | None) -> list[Middleware]:
+def auth_middleware(auth: AuthService | None, *, console: bool = False) -> list[Middleware]:
     """The middleware to install (none when authentication is off)."""
     if auth is None:
         return []
-    return [
-        Middleware(
-            AuthMiddleware, authenticator=auth.authenticator, public=public_paths(auth.config)
+    public = public_paths(auth.config, console=console)
+    return [Middleware(AuthMiddleware, authenticator=auth.authenticator, public=public)]
+
+
+def public_paths(config: AuthConfig, *, console: bool = False) -> frozenset[str]:
+    return frozenset(
+        (
+            *ALWAYS_PUBLIC,
+            *((METRICS_PATH,) if config.public_metrics else ()),
+            *(CONSOLE_PATHS if console else ()),
         )
-    ]
-
-
-def public_paths(config: AuthConfig) -> frozenset[str]:
-    return frozenset((*ALWAYS_PUBLIC, *((METRICS_PATH,) if config.public_metrics else ())))
+    )
 
 
 def route_path(scope: Scope) -> str:

@@ -59,6 +59,16 @@ class AuthStore:
         async with self.db.transaction() as conn:
             return (await conn.execute(statement)).rowcount == 1
 
+    async def set_tenant_limits(self, tenant_id: str, limits: Limits, now: float) -> bool:
+        """Replace the tenant's limits; False when no such tenant."""
+        statement = (
+            update(tenants)
+            .where(tenants.c.id == tenant_id)
+            .values(limits=_limits_json(limits), updated_at=now)
+        )
+        async with self.db.transaction() as conn:
+            return (await conn.execute(statement)).rowcount == 1
+
     # Tenant keys
 
     async def add_key(self, key: ApiKey) -> None:
@@ -105,6 +115,16 @@ class AuthStore:
             update(api_keys)
             .where(and_(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None)))
             .values(revoked_at=now, previous_secret_hash=None, previous_secret_expires_at=None)
+        )
+        async with self.db.transaction() as conn:
+            return (await conn.execute(statement)).rowcount == 1
+
+    async def update_key(self, key_id: str, limits: Limits, expires_at: float | None) -> bool:
+        """Replace the key's limits and expiry; False when no such key."""
+        statement = (
+            update(api_keys)
+            .where(api_keys.c.id == key_id)
+            .values(limits=_limits_json(limits), expires_at=expires_at)
         )
         async with self.db.transaction() as conn:
             return (await conn.execute(statement)).rowcount == 1

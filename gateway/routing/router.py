@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gateway.errors import InvalidParameter
-from gateway.routing.canary import SlidingWindow, choose_variant, verdict
+from gateway.routing.canary import SlidingWindow, WindowSummary, choose_variant, verdict
 from gateway.routing.config import (
     CanaryConfig,
     ModelConfig,
@@ -271,17 +271,26 @@ class ModelRouter:
         return Role.COLOCATED, "prompt_short"
 
     def observe(self, variant: Variant, error: bool, ttft: float | None) -> None:
-        """One finished request's outcome; may roll a variant back (at most one judgement/s)."""
-        if self.canary is None or len(self.variants) == 1:
+        """One finished request's outcome; may roll a variant back (at most one judgement/s).
+
+        Every split model keeps its variants' windows (the admin API shows their live error rate
+        and TTFT); only a model with a ``canary`` section is judged on them."""
+        if len(self.variants) == 1:
             return
         now = self._clock()
         variant.window.add(now, error, ttft)
+        if self.canary is None:  # windows kept for the admin view; only a canary is judged
+            return
         if not self.judge_locally:
             if len(variant.unsent) < MAX_UNSENT:  # bounded while the shared store is away
                 variant.unsent.append((error, ttft))
         elif now - self._judged_at >= _JUDGE_EVERY_SECONDS:
             self._judged_at = now
             self._judge(now)
+
+    def window(self, variant: Variant) -> WindowSummary:
+        """The variant's outcomes over the recent window (empty for a one-variant model)."""
+        return variant.window.summary(self._clock())
 
     def candidates(self) -> list[Variant]:
         """The variants a judgement may roll back: in the split, not the baseline."""

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
+from gateway.accounting import ledger_sql
 from gateway.accounting.ledger import Ledger, UsageRow
 from gateway.accounting.ledger_sql import SqlLedgerStore, UsageQuery
 from gateway.runtime.migrations import all_migrations
@@ -44,7 +48,7 @@ async def test_every_recorded_row_is_written_in_batches(migrated: Database) -> N
     await ledger.close()
     assert await store.count() == 1234
     assert ledger.written == 1234 and ledger.pending == 0
-    [total] = await store.report(UsageQuery(group_by=()))
+    [total] = (await store.report(UsageQuery(group_by=()))).rows
     assert total["input_tokens"] == sum(10 + i for i in range(1234))
     assert total["output_tokens"] == sum(range(1234))
 
@@ -73,7 +77,7 @@ async def test_report_groups_by_day_and_model_and_filters(migrated: Database) ->
         row(5, model="a", key="k2"),
     ]
     await store.write(rows)
-    by_day = await store.report(UsageQuery(group_by=("day", "model"), key_id="k1"))
+    by_day = (await store.report(UsageQuery(group_by=("day", "model"), key_id="k1"))).rows
     assert by_day == [
         {"model": "a", "requests": 2, "input_tokens": 23, "output_tokens": 3,
          "cached_tokens": 0, "date": "2027-01-15"},
@@ -82,9 +86,9 @@ async def test_report_groups_by_day_and_model_and_filters(migrated: Database) ->
         {"model": "a", "requests": 1, "input_tokens": 14, "output_tokens": 4,
          "cached_tokens": 0, "date": "2027-01-16"},
     ]  # fmt: skip
-    in_range = await store.report(
-        UsageQuery(group_by=("key_id",), start=T0, end=T0 + DAY, tenant_id="t1")
-    )
+    in_range = (
+        await store.report(UsageQuery(group_by=("key_id",), start=T0, end=T0 + DAY, tenant_id="t1"))
+    ).rows
     assert [(r["key_id"], r["requests"]) for r in in_range] == [("k1", 3), ("k2", 1)]
 
 
@@ -123,3 +127,41 @@ async def test_rows_spilled_by_an_earlier_run_are_written_at_the_next(
     await second.start()
     await second.close()
     assert await store.count() == spilled
+
+
+async def test_daily_totals_agree_with_the_rows_over_whole_days(migrated: Database) -> None:
+    # Rows across three days, written in several batches (the daily totals add up per batch),
+    # anonymous rows among them; whole-day ranges read the totals, others the rows.
+    store = SqlLedgerStore(migrated)
+    rows = [
+        replace(row(i, model="ab"[i % 2], key=f"k{i % 3}", at=T0 + (i % 3) * DAY * 0.7),
+                tenant_id=None if i % 5 == 0 else "t1",
+                key_id=None if i % 5 == 0 else f"k{i % 3}")
+        for i in range(90)
+    ]  # fmt: skip
+    for start in range(0, 90, 25):
+        await store.write(rows[start : start + 25])
+    day0 = T0 - T0 % DAY
+    for groups in [("day", "tenant_id", "key_id", "model"), ("day",), ("key_id",), ()]:
+        for tenant in (None, "t1"):
+            whole = UsageQuery(groups, tenant_id=tenant, start=day0, end=day0 + 3 * DAY)
+            # A range a second inside the same days covers the same rows but reads them one by one.
+            exact = replace(whole, start=day0 + 1e-6, end=day0 + 3 * DAY - 1e-6)
+            from_totals, from_rows = await store.report(whole), await store.report(exact)
+            assert from_totals == from_rows
+            assert sum(r["requests"] for r in from_totals.rows) == sum(
+                1 for r in rows if tenant is None or r.tenant_id == tenant
+            )
+    by_tenant = (await store.report(UsageQuery(("tenant_id",)))).rows
+    assert [(r["tenant_id"], r["requests"]) for r in by_tenant] == [(None, 18), ("t1", 72)]
+
+
+async def test_a_report_is_cut_at_its_bound(
+    migrated: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SqlLedgerStore(migrated)
+    await store.write([row(i, model=f"m{i}") for i in range(5)])
+    monkeypatch.setattr(ledger_sql, "MAX_REPORT_ROWS", 3)
+    report = await store.report(UsageQuery(("model",)))
+    assert len(report.rows) == 3 and report.has_more
+    assert not (await store.report(UsageQuery(("day",)))).has_more

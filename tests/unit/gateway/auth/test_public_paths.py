@@ -40,3 +40,16 @@ def test_the_openapi_document_marks_only_public_paths_as_keyless() -> None:
     for path, item in doc["paths"].items():
         if path not in keyless:
             assert all("401" in op["responses"] for op in item.values()), path
+
+
+def test_the_console_adds_its_exact_files_and_nothing_under_them() -> None:
+    from gateway.auth.middleware import CONSOLE_PATHS
+
+    with_console = public_paths(AuthConfig(), console=True)
+    assert with_console - public_paths(AuthConfig()) == set(CONSOLE_PATHS)
+    assert set(CONSOLE_PATHS) == {
+        "/console",
+        "/console/",
+        "/console/console.css",
+        "/console/console.js",
+    }
