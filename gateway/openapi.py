@@ -124,7 +124,19 @@ def _responses_request() -> dict[str, Any]:
                     "properties": {"type": {"const": "function"}, "name": {"type": "string"}},
                 },
             },
-            "tool_choice": {"oneOf": [{"enum": ["auto", "none", "required"]}, {"type": "object"}]},
+            "tool_choice": {
+                "oneOf": [
+                    {"enum": ["auto", "none", "required"]},
+                    {
+                        "type": "object",
+                        "required": ["type", "name"],
+                        "properties": {
+                            "type": {"const": "function"},
+                            "name": {"type": "string", "minLength": 1},
+                        },
+                    },
+                ]
+            },
             "parallel_tool_calls": {"type": "boolean"},
             "text": {"type": "object", "description": "format: text, json_object or json_schema"},
             "metadata": {
