@@ -121,7 +121,10 @@ def _responses_request() -> dict[str, Any]:
                 "items": {
                     "type": "object",
                     "required": ["type", "name"],
-                    "properties": {"type": {"const": "function"}, "name": {"type": "string"}},
+                    "properties": {
+                        "type": {"const": "function"},
+                        "name": {"type": "string", "minLength": 1},
+                    },
                 },
             },
             "tool_choice": {
@@ -180,6 +183,17 @@ def _response() -> dict[str, Any]:
     }
 
 
+def _errors_of(codes: tuple[str, ...]) -> dict[str, Any]:
+    """These statuses, each with the OpenAI error envelope."""
+    return {
+        code: {
+            "description": _ERROR_STATUSES.get(code, "Conflict: it exists already"),
+            "content": {"application/json": {"schema": _ref("ErrorResponse")}},
+        }
+        for code in codes
+    }
+
+
 def _get(
     summary: str, schema: dict[str, Any], extra: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -226,7 +240,9 @@ def openapi_document() -> dict[str, Any]:
             "/v1/models/{model}": retrieve,
             "/healthz": {"get": {**_get("Liveness", {"type": "object"})["get"], **public}},
             "/readyz": {"get": {**_get("Readiness", {"type": "object"})["get"], **public}},
-            **_management_paths(unauthorized),
+            **_management_paths(
+                _errors_of(("400", "401", "403", "404", "409", "413", "415", "429", "500", "503"))
+            ),
         },
         "security": [{"bearer": []}, {"apiKeyHeader": []}],
         "components": {
