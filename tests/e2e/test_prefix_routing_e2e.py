@@ -37,7 +37,19 @@ from serve_app.render import render_serve_config
 from serve_app.tiny_model import make_tiny_model
 from tests.e2e.stack import serving_stack_installed
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+# It starts a second Ray stack (four engines) of its own; beside the session's stack (five more
+# processes of vLLM and Ray) that does not fit a 2-core, 24 GiB machine (seen: 20 of 23 GiB used
+# and both stalled). So it runs on its own, asked for by name:
+#   PD_E2E_PREFIX_ROUTING=1 python -m pytest tests/e2e/test_prefix_routing_e2e.py -s
+RUN_ENV = "PD_E2E_PREFIX_ROUTING"
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.timeout(600),
+    pytest.mark.skipif(
+        os.environ.get(RUN_ENV) != "1",
+        reason=f"a second Ray stack; run alone with {RUN_ENV}=1 (see the module's comment)",
+    ),
+]
 
 GROUPS = 6
 PER_GROUP = 4
