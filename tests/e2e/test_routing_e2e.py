@@ -112,7 +112,7 @@ def counted_by_gateway(gateway: GatewayProcess, headers: dict[str, str]) -> int:
     deadline = time.monotonic() + 10
     while True:
         entries = [
-            e for e in gateway.access_log() if e["correlation_id"] == headers["x-request-id"]
+            e for e in gateway.access_log() if e["request_id"] == headers["x-gateway-request-id"]
         ]
         if entries or time.monotonic() > deadline:
             break
