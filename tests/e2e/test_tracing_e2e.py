@@ -102,11 +102,16 @@ def test_one_trace_from_the_gateway_through_ingress_decode_and_prefill(
             return False
         trace = [s for s in spans if s.trace_id == server[0].trace_id]
         names = {s.name for s in trace}
+        ids = {s.span_id for s in trace}
+        # Ray's replicas export in batches of their own: wait until every Ray span's parent has
+        # arrived too, or a late parent reads as a broken trace.
+        parents_in = all(s.parent_span_id in ids for s in trace if s.service == RAY_SERVICE)
         return (
             {"prefill", "decode"} <= names
             and deployment_span(trace, "decode") is not None
             and deployment_span(trace, "prefill") is not None
             and deployment_span(trace, "ingress") is not None
+            and parents_in
         )
 
     spans = receiver.wait_for_spans(joined, timeout=90)
