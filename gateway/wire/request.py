@@ -204,18 +204,25 @@ _MAX_CHOICES = 128
 def _choices(payload: dict[str, Any]) -> int:
     found = 1
     for name in ("n", "best_of"):
-        value = payload.get(name)
-        if value is None:
-            continue
-        value = _integral(value)
-        if value is None or value < 1:
-            raise InvalidParameter(f"`{name}` must be a positive integer.", param=name)
-        if value > _MAX_CHOICES:
-            raise InvalidParameter(
-                f"`{name}` is {value}, more than this gateway allows ({_MAX_CHOICES}).", param=name
-            )
-        found = max(found, value)
+        value = _bounded_count(payload, name, _MAX_CHOICES)
+        if value is not None:
+            found = max(found, value)
     return found
+
+
+def _bounded_count(payload: dict[str, Any], name: str, limit: int) -> int | None:
+    """``payload[name]`` as a positive integer of at most ``limit`` (None when absent)."""
+    value = payload.get(name)
+    if value is None:
+        return None
+    value = _integral(value)
+    if value is None or value < 1:
+        raise InvalidParameter(f"`{name}` must be a positive integer.", param=name)
+    if value > limit:
+        raise InvalidParameter(
+            f"`{name}` is {value}, more than this gateway allows ({limit}).", param=name
+        )
+    return value
 
 
 def _asking_for_usage(request: ParsedRequest) -> ParsedRequest:
@@ -239,17 +246,9 @@ def _asking_for_usage(request: ParsedRequest) -> ParsedRequest:
 def _max_tokens(payload: dict[str, Any], limit: int) -> int | None:
     found: int | None = None
     for name in ("max_tokens", "max_completion_tokens"):  # the latter wins, as in vLLM
-        value = payload.get(name)
-        if value is None:
-            continue
-        value = _integral(value)
-        if value is None or value < 1:
-            raise InvalidParameter(f"`{name}` must be a positive integer.", param=name)
-        if value > limit:
-            raise InvalidParameter(
-                f"`{name}` is {value}, more than this gateway allows ({limit}).", param=name
-            )
-        found = value
+        value = _bounded_count(payload, name, limit)
+        if value is not None:
+            found = value
     return found
 
 
