@@ -37,7 +37,7 @@ from gateway.proxy.handler import ProxyEndpoint
 from gateway.runtime.reload import ConfigReloader, reload_on_sighup
 from gateway.runtime.state import GatewayState, UpstreamFactory
 from gateway.telemetry.server import ServerSpanMiddleware
-from gateway.upstream.client import AiohttpUpstream
+from gateway.upstream.http1 import Http1Upstream
 from gateway.wire.request import Operation
 
 _STATUS_ERRORS: dict[int, type[errors.GatewayError]] = {
@@ -49,7 +49,7 @@ _STATUS_ERRORS: dict[int, type[errors.GatewayError]] = {
 def create_app(
     config: GatewayConfig,
     *,
-    upstream_factory: UpstreamFactory = AiohttpUpstream,
+    upstream_factory: UpstreamFactory = Http1Upstream,
     config_path: Path | None = None,
 ) -> Starlette:
     """Build the gateway. ``upstream_factory`` makes the upstream client of each pool; with

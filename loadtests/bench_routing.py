@@ -45,7 +45,7 @@ from gateway.routing.router import ModelRouter
 from gateway.routing.service import Caller
 from gateway.runtime.table import build_table
 from gateway.tokens.counting import PromptTokens, TokenizerConfig, build_token_counter
-from gateway.upstream.client import AiohttpUpstream
+from gateway.upstream.http1 import Http1Upstream
 from gateway.wire.request import Operation, parse_request
 
 PYTHON = sys.executable
@@ -114,7 +114,7 @@ async def stage_cost(model: str, calls: int) -> float:
     """Microseconds per request for the whole route stage (count, variant, plan, replica choice,
     dispatch bookkeeping, metrics, outcome), the upstream call itself excluded."""
     cfg = parse_config(_model_config("http://127.0.0.1:1", "http://127.0.0.1:2"), env={})
-    table = build_table(cfg, AiohttpUpstream, RoutingMetrics(GatewayMetrics()))
+    table = build_table(cfg, Http1Upstream, RoutingMetrics(GatewayMetrics()))
     route = table.models[model]
     body = orjson.dumps({"model": model, "messages": [{"role": "user", "content": "Say hi."}]})
     request = parse_request(Operation.CHAT, body, 100_000)

@@ -28,7 +28,7 @@ from gateway.runtime.migrations import all_migrations
 from gateway.runtime.table import RoutingTable, UpstreamFactory, build_table
 from gateway.storage import Database
 from gateway.telemetry import Tracing, TracingConfig, build_tracing
-from gateway.upstream.client import AiohttpUpstream
+from gateway.upstream.http1 import Http1Upstream
 
 __all__ = ["GatewayState", "UpstreamFactory"]
 
@@ -53,7 +53,7 @@ class GatewayState:
 
     @classmethod
     def build(
-        cls, config: GatewayConfig, upstream_factory: UpstreamFactory = AiohttpUpstream
+        cls, config: GatewayConfig, upstream_factory: UpstreamFactory = Http1Upstream
     ) -> GatewayState:
         metrics = GatewayMetrics()
         routing_metrics = RoutingMetrics(metrics)

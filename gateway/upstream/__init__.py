@@ -1,1 +1,2 @@
-"""The upstream HTTP client (aiohttp behind one small interface) and its deadlines."""
+"""The upstream HTTP client (HTTP/1.1 on asyncio and httptools, behind one small interface)
+and its deadlines."""
