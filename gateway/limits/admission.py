@@ -85,7 +85,9 @@ class RateLimiter:
         self.backend = backend
         self.metrics = metrics
         self.reachable = True
-        self._values: dict[BaseModel, LimitValues] = {}
+        # By the limits object's identity (it is kept in the entry, so its id is not reused):
+        # hashing and comparing pydantic models field by field cost more than the conversion.
+        self._values: dict[int, tuple[BaseModel, LimitValues]] = {}
 
     @classmethod
     def build(cls, config: LimitsConfig, metrics: GatewayMetrics) -> RateLimiter:
@@ -134,13 +136,15 @@ class RateLimiter:
 
     def _resolve(self, limits: BaseModel) -> LimitValues:
         """The store's limits over the config's defaults, converted once per limits object."""
-        values = self._values.get(limits)
-        if values is None:
-            if len(self._values) > 10_000:
-                self._values.clear()
-            fields = LimitValues.model_fields
-            own = {k: v for k, v in limits.model_dump(exclude_none=True).items() if k in fields}
-            values = self._values[limits] = LimitValues(**own).over(self.config.defaults)
+        entry = self._values.get(id(limits))
+        if entry is not None and entry[0] is limits:
+            return entry[1]
+        if len(self._values) > 10_000:
+            self._values.clear()
+        fields = LimitValues.model_fields
+        own = {k: v for k, v in limits.model_dump(exclude_none=True).items() if k in fields}
+        values = LimitValues(**own).over(self.config.defaults)
+        self._values[id(limits)] = (limits, values)
         return values
 
     def _unreachable(self, err: BackendUnavailable) -> None:
