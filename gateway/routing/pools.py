@@ -13,7 +13,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.errors import NoHealthyUpstream
 from gateway.redact import redact_url
@@ -38,11 +38,12 @@ class Replica:
     last_error: str | None = None
     last_failure: str | None = None
     """Why the breaker last counted a failure (for /readyz and logs)."""
+    label: str = field(init=False)
+    """The URL as shown anywhere (logs, metrics, spans, admin views): credentials redacted.
+    Made once: every request's route facts, metrics and log line carry it."""
 
-    @property
-    def label(self) -> str:
-        """The URL as shown anywhere (logs, metrics, spans, admin views): credentials redacted."""
-        return redact_url(self.url)
+    def __post_init__(self) -> None:
+        self.label = redact_url(self.url)
 
     @property
     def available(self) -> bool:
