@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -51,6 +52,36 @@ async def test_every_recorded_row_is_written_in_batches(migrated: Database) -> N
     [total] = (await store.report(UsageQuery(group_by=()))).rows
     assert total["input_tokens"] == sum(10 + i for i in range(1234))
     assert total["output_tokens"] == sum(range(1234))
+
+
+class CountingStore(SqlLedgerStore):
+    """The real store, noting the size of each batch it is given."""
+
+    def __init__(self, database: Database) -> None:
+        super().__init__(database)
+        self.batches: list[int] = []
+
+    async def write(self, rows: Sequence[UsageRow]) -> None:
+        self.batches.append(len(rows))
+        await super().write(rows)
+
+
+async def test_a_steady_trickle_is_written_once_an_interval_not_chased(migrated: Database) -> None:
+    """Rows arriving while a batch is written wait for the next flush: a writer that chased them
+    wrote a batch of the few rows that came during each write, over and over."""
+    store = CountingStore(migrated)
+    ledger = Ledger(store, batch_size=500, interval=0.1)
+    await ledger.start()
+    loop = asyncio.get_running_loop()
+    end, written = loop.time() + 0.6, 0
+    while loop.time() < end:
+        ledger.record(row(written))
+        written += 1
+        await asyncio.sleep(0.0005)
+    await ledger.close()
+    assert await store.count() == written == sum(store.batches)
+    # About one batch per interval (6 here, plus the close); chasing made one per write.
+    assert len(store.batches) <= 12, store.batches
 
 
 async def test_rows_wait_while_the_store_fails_then_are_written(database: Database) -> None:
