@@ -16,13 +16,13 @@ def test_native_events_are_metered() -> None:
     ticks = iter(range(10))
     meter = StreamMeter(clock=lambda: float(next(ticks)))
     usage = {"input_tokens": 9, "output_tokens": 2, "input_tokens_details": {"cached_tokens": 4}}
-    stream = (
-        event({"type": "response.created", "response": {"id": "resp_1", "model": "m"}})
-        + event({"type": "response.output_text.delta", "delta": "A"})
-        + event({"type": "response.output_text.delta", "delta": "B"})
-        + event({"type": "response.completed", "response": {"status": "completed", "usage": usage}})
-    )
-    assert meter.feed(stream) == stream  # forwarded untouched
+    events = [
+        event({"type": "response.created", "response": {"id": "resp_1", "model": "m"}}),
+        event({"type": "response.output_text.delta", "delta": "A"}),
+        event({"type": "response.output_text.delta", "delta": "B"}),
+        event({"type": "response.completed", "response": {"status": "completed", "usage": usage}}),
+    ]
+    assert [meter.feed(e) for e in events] == events  # forwarded untouched
     delivered = meter.delivered(status=200, upstream_status=200, first_byte_at=0.0, error_code=None)
     assert delivered.upstream_usage == Usage(9, 2, 4)
     assert delivered.output_text == "AB" and delivered.content_events == 2

@@ -34,12 +34,22 @@ STREAM = ROLE + b"".join(TOKENS) + LAST + USAGE + b"data: [DONE]\n\n"
 def test_meters_tokens_usage_and_reasons() -> None:
     ticks = itertools.count(1.0)
     meter = StreamMeter(clock=lambda: next(ticks))
-    assert meter.feed(STREAM) == STREAM
+    events = [ROLE, *TOKENS, LAST, USAGE, b"data: [DONE]\n\n"]
+    assert b"".join(meter.feed(e) for e in events) == STREAM
     assert meter.content_events == 2
+    # The clock is read when a chunk carried output: the two token events, not the others.
     assert (meter.first_token_at, meter.last_token_at) == (1.0, 2.0)
     assert meter.usage == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
     assert meter.finish_reasons == ["length"]
     assert (meter.response_id, meter.response_model, meter.done) == ("c1", "m", True)
+
+
+def test_events_arriving_together_share_one_arrival_time() -> None:
+    ticks = itertools.count(1.0)
+    meter = StreamMeter(clock=lambda: next(ticks))
+    meter.feed(STREAM)
+    assert meter.content_events == 2
+    assert (meter.first_token_at, meter.last_token_at) == (1.0, 1.0)
 
 
 def test_events_split_across_chunks_at_every_byte() -> None:
