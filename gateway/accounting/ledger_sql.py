@@ -24,7 +24,6 @@ from sqlalchemy import (
     Table,
     Text,
     func,
-    insert,
     select,
 )
 from sqlalchemy.sql import Select
@@ -116,14 +115,32 @@ usage_ledger = Table(
 
 
 _ROW_FIELDS = tuple(f.name for f in fields(UsageRow))
+_INSERTED = (*_ROW_FIELDS, "day")
 
 
-def _values(row: UsageRow) -> dict[str, Any]:
-    """A row's column values. Not ``dataclasses.asdict``, which deep-copies every field: 19
-    against 1.5 us a row (README, Performance), paid for every request."""
-    values = {name: getattr(row, name) for name in _ROW_FIELDS}
-    values["day"] = int(row.created_at // DAY)
-    return values
+def _placeholder(paramstyle: str, n: int) -> str:
+    if paramstyle == "qmark":
+        return "?"
+    if paramstyle == "numeric_dollar":  # SQLAlchemy's asyncpg adapter
+        return f"${n}"
+    if paramstyle in ("format", "pyformat"):
+        return "%s"
+    raise ValueError(f"unsupported driver parameter style {paramstyle!r}")
+
+
+def _insert_sql(paramstyle: str) -> str:
+    """The ledger's INSERT in the driver's own parameter style. Every request pays for its row,
+    and SQLAlchemy's per-row parameter processing for a Core ``executemany`` cost more than the
+    insert itself (README, Performance): the rows go to the driver as plain tuples."""
+    marks = ", ".join(_placeholder(paramstyle, n) for n in range(1, len(_INSERTED) + 1))
+    # Column names and placeholders only, all constants of this module: no value is formatted in.
+    return f"INSERT INTO usage_ledger ({', '.join(_INSERTED)}) VALUES ({marks})"  # noqa: S608
+
+
+def _values(row: UsageRow) -> tuple[Any, ...]:
+    """A row's column values, in ``_INSERTED`` order (the day last). Not
+    ``dataclasses.asdict``, which deep-copies every field."""
+    return (*[getattr(row, name) for name in _ROW_FIELDS], int(row.created_at // DAY))
 
 
 class SqlLedgerStore:
@@ -131,11 +148,14 @@ class SqlLedgerStore:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        self._sql: str | None = None
 
     async def write(self, rows: Sequence[UsageRow]) -> None:
         values = [_values(r) for r in rows]
         async with self.db.transaction() as conn:
-            await conn.execute(insert(usage_ledger), values)
+            sql = self._sql or _insert_sql(conn.dialect.paramstyle)
+            self._sql = sql
+            await conn.exec_driver_sql(sql, values)
             await daily.add_totals(conn, self.db.backend, rows)
 
     async def report(self, query: UsageQuery) -> Report:
