@@ -43,7 +43,9 @@ STAGES: list[tuple[str, re.Pattern[str]]] = [
         ("asgi layers", r"gateway/asgi\.py|gateway/proxy/disconnect\.py|gateway/app\.py"),
     ]
 ]
-LIBRARIES = [("aiohttp I/O", re.compile(r"aiohttp/|yarl/|multidict/"))]
+# The upstream client's protocol callbacks (reading answers) run from the event loop, under no
+# stage frame: they count as forward through the ``gateway/upstream/`` pattern above.
+LIBRARIES: list[tuple[str, re.Pattern[str]]] = []
 SERVER = "server"
 ORDER = [
     "parse",
@@ -58,7 +60,6 @@ ORDER = [
     "metrics",
     "log",
     "asgi layers",
-    "aiohttp I/O",
     SERVER,
 ]
 
