@@ -3,9 +3,8 @@
 ``bench_overhead.py --profile DIR`` samples gateway-full under load with py-spy (raw format: one
 line per distinct stack, ``frame;frame;...;frame COUNT``, root first) and records the CPU time per
 request of the same run. Each sample is given to the stage of the deepest frame of ours it
-passes through (so aiohttp code called by the forward stage counts as forward); samples with no
-stage frame go to the library they are in (the server and its event loop, aiohttp's protocol
-callbacks). Shares times CPU us/request give microseconds per request::
+passes through (so the upstream client's code called by the forward stage counts as forward);
+samples with no stage frame go to the server (uvicorn, httptools, the event loop). Shares times CPU us/request give microseconds per request::
 
     python loadtests/stage_breakdown.py DIR        # prints a Markdown table, JSON and SSE
 """
