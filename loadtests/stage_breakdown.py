@@ -4,7 +4,8 @@
 line per distinct stack, ``frame;frame;...;frame COUNT``, root first) and records the CPU time per
 request of the same run. Each sample is given to the stage of the deepest frame of ours it
 passes through (so the upstream client's code called by the forward stage counts as forward);
-samples with no stage frame go to the server (uvicorn, httptools, the event loop). Shares times CPU us/request give microseconds per request::
+samples with no stage frame go to the server (uvicorn, httptools, the event loop). Shares
+times CPU us/request give microseconds per request::
 
     python loadtests/stage_breakdown.py DIR        # prints a Markdown table, JSON and SSE
 """
