@@ -11,6 +11,14 @@ tokens came, how many output chunks there were, the ``usage`` block and the fini
 With ``strip_usage=True`` the usage-only event (``"choices": []`` plus ``usage``, which the gateway
 asked for on the client's behalf) is removed from what is forwarded; only then are incomplete events
 held back until their end arrives, so the event is never half sent.
+
+Decoding every event was a quarter of a stream's CPU in the gateway (README, Performance), so once
+the first token has been seen, an event that is one ``data: {...}`` line with
+``"finish_reason":null`` and no ``"usage"`` (a token delta, as vLLM writes them) is kept undecoded:
+it counts as a content event arriving with its chunk. Its text is decoded only when something
+needs it: when the stream ends without the upstream's usage (billing counts the delivered text),
+or when ``content_events`` or ``output_parts`` are read. Events with a finish reason or a usage
+block, and every event before the first token, are always decoded.
 """
 
 from __future__ import annotations
@@ -25,20 +33,22 @@ from gateway.wire.outcome import Delivered
 from gateway.wire.usage import usage_from_upstream
 
 _DONE = b"[DONE]"
+_PLAIN_DELTA = b'"finish_reason":null'
 
 
 class StreamMeter:
     __slots__ = (
         "_clock",
+        "_content_events",
+        "_deferred",
+        "_output_parts",
         "_strip_usage",
         "_tail",
-        "content_events",
         "done",
         "events",
         "finish_reasons",
         "first_token_at",
         "last_token_at",
-        "output_parts",
         "response_id",
         "response_model",
         "usage",
@@ -51,52 +61,82 @@ class StreamMeter:
         self._strip_usage = strip_usage
         self._tail = b""
         self.events = 0
-        self.content_events = 0
+        self._content_events = 0
         self.first_token_at: float | None = None
         self.last_token_at: float | None = None
-        self.output_parts: list[str] = []
-        """The text delivered, to count the output of a stream cut before its usage came."""
+        self._output_parts: list[str] = []
+        self._deferred: list[bytes] = []
+        """Token deltas kept undecoded (see the module docstring)."""
         self.usage: dict[str, Any] | None = None
         self.finish_reasons: list[str] = []
         self.response_id: str | None = None
         self.response_model: str | None = None
         self.done = False
 
+    @property
+    def content_events(self) -> int:
+        """Events that carried output (deferred ones decoded first)."""
+        self._decode_deferred()
+        return self._content_events
+
+    @property
+    def output_parts(self) -> list[str]:
+        """The text delivered, to count the output of a stream cut before its usage came."""
+        self._decode_deferred()
+        return self._output_parts
+
     def feed(self, chunk: bytes) -> bytes:
         """Meter one chunk; returns the bytes to forward to the client.
 
-        The hot loop of a stream (README, Performance): events of one chunk arrived together, so
-        the clock is read once a chunk, and the usual event (one ``data: {...}`` line) takes the
-        short way to ``orjson``; anything else goes through :meth:`_message_of`."""
+        The hot loop of a stream: events of one chunk arrived together, so the clock is read once
+        a chunk; a token delta after the first token is kept undecoded (module docstring), any
+        other single-line event goes straight to ``orjson``, the rest through
+        :meth:`_message_of`."""
         data = self._tail + chunk if self._tail else chunk
-        *complete, self._tail = data.split(b"\n\n")
+        complete = data.split(b"\n\n")
+        tail = self._tail = complete.pop()
         strip = self._strip_usage
         if not complete:
             return b"" if strip else chunk
-        kept: list[bytes] = []
-        meter, loads = self._meter_message, orjson.loads
-        produced_before = self.content_events
+        usage_only: list[bytes] = []  # the usage-only events of this chunk (the gateway's)
+        meter, loads, deferred = self._meter_message, orjson.loads, self._deferred
+        deferred_before = len(deferred)
+        produced_before = self._content_events + deferred_before
         for event in complete:
             message: Any
             if event[:7] == b"data: {" and b"\n" not in event:
+                if self._content_events and _PLAIN_DELTA in event and b'"usage"' not in event:
+                    deferred.append(event)
+                    continue
                 try:
                     message = loads(event[6:])
                 except orjson.JSONDecodeError:
                     message = None
             else:
                 message = self._message_of(event)
-            if type(message) is dict and meter(message) and strip:
-                continue  # the usage-only event the gateway asked for: not forwarded
-            if strip:
-                kept.append(event)
-        if self.content_events != produced_before:
+            if type(message) is dict and meter(message):
+                usage_only.append(event)
+        self.events += len(deferred) - deferred_before
+        if self._content_events + len(deferred) != produced_before:
             self._tokens_arrived()
         if not strip:
             return chunk
-        if not kept:
-            return b""
         # Only whole events are forwarded in stripping mode; the tail waits for its end.
-        return b"\n\n".join(kept) + b"\n\n"
+        if not usage_only:
+            return data[: len(data) - len(tail)] if tail else data
+        kept = [event for event in complete if event not in usage_only]
+        return b"\n\n".join(kept) + b"\n\n" if kept else b""
+
+    def _decode_deferred(self) -> None:
+        """Decode the token deltas kept undecoded, in order (their times are already noted)."""
+        if not self._deferred:
+            return
+        deferred, self._deferred = self._deferred, []
+        for event in deferred:
+            message = self._message_of(event)
+            if message is not None:
+                self.events -= 1  # counted when it was kept
+                self._meter_message(message)
 
     def feed_decoded(self, chunk: bytes) -> list[dict[str, Any]]:
         """Meter one chunk; returns its complete events, decoded, for a translator (the
@@ -105,13 +145,13 @@ class StreamMeter:
         data = self._tail + chunk if self._tail else chunk
         *complete, self._tail = data.split(b"\n\n")
         decoded = []
-        produced_before = self.content_events
+        produced_before = self._content_events
         for event in complete:
             message = self._message_of(event)
             if message is not None:
                 self._meter_message(message)
                 decoded.append(message)
-        if self.content_events != produced_before:
+        if self._content_events != produced_before:
             self._tokens_arrived()
         return decoded
 
@@ -130,16 +170,23 @@ class StreamMeter:
         first_byte_at: float | None,
         error_code: str | None,
     ) -> Delivered:
-        """What was delivered, as one value (see :class:`gateway.wire.outcome.Delivered`)."""
+        """What was delivered, as one value (see :class:`gateway.wire.outcome.Delivered`).
+
+        Without the upstream's usage the deferred token deltas are decoded (billing counts the
+        delivered text); with it they stay undecoded: each counts as a content event, and the
+        text, which nothing reads then, is left empty."""
+        if self.usage is None:
+            self._decode_deferred()
+        deferred = self._deferred
         return Delivered(
             status=status,
             upstream_status=upstream_status,
             first_byte_at=first_byte_at,
             first_token_at=self.first_token_at,
             last_token_at=self.last_token_at,
-            content_events=self.content_events,
+            content_events=self._content_events + len(deferred),
             upstream_usage=None if self.usage is None else usage_from_upstream(self.usage),
-            output_text="".join(self.output_parts),
+            output_text="" if deferred else "".join(self._output_parts),
             finish_reasons=tuple(self.finish_reasons),
             response_id=self.response_id if isinstance(self.response_id, str) else None,
             response_model=self.response_model if isinstance(self.response_model, str) else None,
@@ -216,8 +263,8 @@ class StreamMeter:
             delta = message.get("delta")
             if isinstance(delta, str) and delta:
                 if kind == "response.output_text.delta":
-                    self.output_parts.append(delta)
-                self.content_events += 1
+                    self._output_parts.append(delta)
+                self._content_events += 1
             return
         response = message.get("response")
         if not isinstance(response, dict):
@@ -246,12 +293,12 @@ class StreamMeter:
             if output:
                 produced = True
                 if text and type(text) is str:
-                    self.output_parts.append(text)
+                    self._output_parts.append(text)
             reason = choice.get("finish_reason")
             if reason:
                 self.finish_reasons.append(reason)
         if produced:
-            self.content_events += 1
+            self._content_events += 1
 
 
 def _data_of(event: bytes) -> bytes | None:

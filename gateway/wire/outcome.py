@@ -118,7 +118,8 @@ class Delivered:
     upstream_usage: Usage | None = None
     """The upstream's own ``usage`` block, when it came."""
     output_text: str = ""
-    """The text delivered, to count the output of a stream cut before its usage came."""
+    """The text delivered, to count the output of a stream cut before its usage came (empty
+    when the upstream's usage came and the meter did not decode the stream's token deltas)."""
     finish_reasons: tuple[str, ...] = ()
     response_id: str | None = None
     response_model: str | None = None

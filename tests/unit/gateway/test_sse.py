@@ -89,3 +89,55 @@ def test_observe_document_for_non_streaming_answers() -> None:
     broken = StreamMeter()
     broken.observe_document(b"not json")
     assert broken.usage is None
+
+
+def vllm_delta(text: str, finish: str | None = None) -> bytes:
+    """A token delta as vLLM writes it: compact JSON, ``finish_reason`` null until the end."""
+    choice = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": finish}
+    return event({"id": "c1", "object": "chat.completion.chunk", "model": "m", "choices": [choice]})
+
+
+WORDS = [f" w{i}" for i in range(20)]
+LONG = [ROLE, *(vllm_delta(w) for w in WORDS), vllm_delta("", "length")]
+
+
+def test_token_deltas_after_the_first_are_counted_undecoded_when_usage_comes() -> None:
+    ticks = itertools.count(1.0)
+    meter = StreamMeter(strip_usage=True, clock=lambda: next(ticks))
+    forwarded = b"".join(meter.feed(e) for e in [*LONG, USAGE, b"data: [DONE]\n\n"])
+    assert forwarded == b"".join(LONG) + b"data: [DONE]\n\n"  # the usage event stripped
+    delivered = meter.delivered(status=200, upstream_status=200, first_byte_at=0, error_code=None)
+    assert delivered.content_events == 20
+    assert (delivered.first_token_at, delivered.last_token_at) == (1.0, 20.0)
+    assert delivered.finish_reasons == ("length",)  # a finishing event is always decoded
+    assert delivered.upstream_usage is not None and delivered.output_text == ""
+    # Read directly, the counts and the text are decoded, exact.
+    assert meter.content_events == 20 and "".join(meter.output_parts) == "".join(WORDS)
+
+
+def test_a_stream_cut_before_its_usage_bills_the_whole_delivered_text() -> None:
+    meter = StreamMeter(strip_usage=True)
+    for e in LONG[:11]:  # the role, then 10 tokens; then the upstream connection broke
+        meter.feed(e)
+    delivered = meter.delivered(status=200, upstream_status=200, first_byte_at=0, error_code=None)
+    assert delivered.upstream_usage is None
+    assert delivered.output_text == "".join(WORDS[:10]) and delivered.content_events == 10
+
+
+def test_deltas_in_another_layout_are_decoded_as_before() -> None:
+    spaced = [e.replace(b'"finish_reason":null', b'"finish_reason": null') for e in LONG]
+    meter = StreamMeter()
+    for e in spaced:
+        meter.feed(e)
+    assert meter._deferred == []  # nothing matched the compact layout: all decoded
+    assert "".join(meter.output_parts) == "".join(WORDS)
+
+
+def test_an_empty_delta_after_the_first_token_counts_until_decoded() -> None:
+    """The one approximation: undecoded, an empty delta counts as a content event."""
+    meter = StreamMeter()
+    for e in [ROLE, vllm_delta("a"), vllm_delta(""), vllm_delta("b"), USAGE]:
+        meter.feed(e)
+    delivered = meter.delivered(status=200, upstream_status=200, first_byte_at=0, error_code=None)
+    assert delivered.content_events == 3
+    assert meter.content_events == 2  # decoded: exact
