@@ -100,6 +100,14 @@ def client(**timeouts: float) -> Http1Upstream:
     return Http1Upstream(Settings(Timeouts(**timeouts)))
 
 
+async def whole(upstream: Http1Upstream, url: str) -> tuple[int, bytes]:
+    """One request read to its end, its connection given back: (status, body)."""
+    response = await upstream.send(url, (), b"")
+    body = await response.read()
+    response.release()
+    return response.status, body
+
+
 async def test_keeps_the_connection_for_the_next_request_and_sends_the_body() -> None:
     async with scripted(ok) as server:
         upstream = client()
@@ -134,9 +142,7 @@ async def test_chunked_body_arrives_whole_and_in_order() -> None:
         assert response.is_event_stream
         assert b"".join([c async for c in response.chunks()]) == b"".join(events)
         response.release()
-        again = await upstream.send(server.url + "/s", (), b"")
-        await again.read()
-        again.release()
+        assert (await whole(upstream, server.url + "/s"))[0] == 200
         await upstream.aclose()
     assert server.connections == 1  # a complete chunked answer leaves the connection reusable
 
@@ -150,9 +156,7 @@ async def test_a_body_ended_by_closing_the_connection_is_complete_and_not_reused
     async with scripted(close_delimited) as server:
         upstream = client()
         for _ in range(2):
-            response = await upstream.send(server.url + "/", (), b"")
-            assert await response.read() == b"all of it"
-            response.release()
+            assert await whole(upstream, server.url + "/") == (200, b"all of it")
         await upstream.aclose()
     assert server.connections == 2
 
@@ -166,10 +170,8 @@ async def test_never_more_connections_than_the_limit() -> None:
         upstream = Http1Upstream(Settings(max_connections=2))
 
         async def one() -> int:
-            response = await upstream.send(server.url + "/", (), b"")
-            await response.read()
-            response.release()
-            return response.status
+            status, _ = await whole(upstream, server.url + "/")
+            return status
 
         assert await asyncio.gather(*(one() for _ in range(8))) == [200] * 8
         await upstream.aclose()
@@ -196,10 +198,7 @@ async def test_waiting_for_a_connection_can_be_cancelled_without_losing_the_slot
         response = await first
         await response.read()
         response.release()
-        later = await upstream.send(server.url + "/", (), b"")
-        assert later.status == 200
-        await later.read()
-        later.release()
+        assert (await whole(upstream, server.url + "/"))[0] == 200
         await upstream.aclose()
 
 
@@ -208,9 +207,7 @@ async def test_an_aborted_response_drops_its_connection() -> None:
         upstream = client()
         response = await upstream.send(server.url + "/", (), b"")
         response.abort()
-        again = await upstream.send(server.url + "/", (), b"")
-        await again.read()
-        again.release()
+        assert (await whole(upstream, server.url + "/"))[0] == 200
         await upstream.aclose()
     assert [r.connection for r in server.requests] == [1, 2]
 
@@ -292,14 +289,9 @@ async def test_unasked_bytes_on_an_idle_connection_retire_it() -> None:
 
     async with scripted(extra) as server:
         upstream = client()
-        response = await upstream.send(server.url + "/", (), b"")
-        await response.read()
-        response.release()
+        assert (await whole(upstream, server.url + "/"))[0] == 200
         await asyncio.sleep(0.1)
-        again = await upstream.send(server.url + "/", (), b"")
-        assert again.status == 200
-        await again.read()
-        again.release()
+        assert (await whole(upstream, server.url + "/"))[0] == 200
         await upstream.aclose()
     assert [r.connection for r in server.requests] == [1, 2]
 
@@ -317,9 +309,7 @@ async def test_credentials_in_the_url_become_basic_authorization() -> None:
     async with scripted(ok) as server:
         upstream = client()
         url = server.url.replace("http://", "http://user:p%40ss@") + "/v1"
-        response = await upstream.send(url, (), b"")
-        await response.read()
-        response.release()
+        assert (await whole(upstream, url))[0] == 200
         await upstream.aclose()
     head = server.requests[0].head
     assert b"authorization: Basic " + base64.b64encode(b"user:p@ss") in head
