@@ -12,13 +12,14 @@ With ``strip_usage=True`` the usage-only event (``"choices": []`` plus ``usage``
 asked for on the client's behalf) is removed from what is forwarded; only then are incomplete events
 held back until their end arrives, so the event is never half sent.
 
-Decoding every event was a quarter of a stream's CPU in the gateway (README, Performance), so once
-the first token has been seen, an event that is one ``data: {...}`` line with
-``"finish_reason":null`` and no ``"usage"`` (a token delta, as vLLM writes them) is kept undecoded:
-it counts as a content event arriving with its chunk. Its text is decoded only when something
-needs it: when the stream ends without the upstream's usage (billing counts the delivered text),
-or when ``content_events`` or ``output_parts`` are read. Events with a finish reason or a usage
-block, and every event before the first token, are always decoded.
+Decoding every event was a quarter of a stream's CPU in the gateway (README, Performance), so
+once the first token has been seen, an event that is one ``data: {...}`` line with
+``"finish_reason":null``, no finish reason that is a string and no ``"usage"`` (a token delta,
+as vLLM writes them; these quotes are the JSON's own, a quote inside a string is escaped) is
+kept undecoded: it counts as a content event arriving with its chunk. Its text is decoded only
+when something needs it: when the stream ends without the upstream's usage (billing counts the
+delivered text), or when ``content_events`` or ``output_parts`` are read. Events with a finish
+reason or a usage block, and every event before the first token, are always decoded.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from gateway.wire.usage import usage_from_upstream
 
 _DONE = b"[DONE]"
 _PLAIN_DELTA = b'"finish_reason":null'
+_FINISHED = b'"finish_reason":"'
 
 
 class StreamMeter:
@@ -105,7 +107,12 @@ class StreamMeter:
         for event in complete:
             message: Any
             if event[:7] == b"data: {" and b"\n" not in event:
-                if self._content_events and _PLAIN_DELTA in event and b'"usage"' not in event:
+                if (
+                    self._content_events
+                    and _PLAIN_DELTA in event
+                    and _FINISHED not in event  # another choice of it may be finishing
+                    and b'"usage"' not in event
+                ):
                     deferred.append(event)
                     continue
                 try:

@@ -141,3 +141,28 @@ def test_an_empty_delta_after_the_first_token_counts_until_decoded() -> None:
     delivered = meter.delivered(status=200, upstream_status=200, first_byte_at=0, error_code=None)
     assert delivered.content_events == 3
     assert meter.content_events == 2  # decoded: exact
+
+
+def test_an_event_where_one_choice_finishes_is_always_decoded() -> None:
+    both = {
+        "id": "c1",
+        "choices": [
+            {"index": 0, "delta": {"content": "x"}, "finish_reason": None},
+            {"index": 1, "delta": {}, "finish_reason": "stop"},
+        ],
+    }
+    meter = StreamMeter()
+    for e in [ROLE, vllm_delta("a"), event(both), USAGE]:
+        meter.feed(e)
+    delivered = meter.delivered(status=200, upstream_status=200, first_byte_at=0, error_code=None)
+    assert delivered.finish_reasons == ("stop",)
+
+
+def test_a_model_writing_the_markers_in_its_text_does_not_change_the_metering() -> None:
+    """Inside a JSON string the quotes are escaped, so the text cannot pass for the markers."""
+    sly = '"finish_reason":"stop" and "usage"'
+    meter = StreamMeter()
+    for e in [ROLE, vllm_delta("a"), vllm_delta(sly), USAGE]:
+        meter.feed(e)
+    assert meter._deferred == [vllm_delta(sly)[:-2]]  # still a plain token delta, undecoded
+    assert "".join(meter.output_parts) == "a" + sly
