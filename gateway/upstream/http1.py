@@ -42,6 +42,8 @@ from gateway.upstream.client import Headers, UpstreamConnectError, UpstreamSetti
 # of the servers in front of engines (uvicorn's default, Ray Serve's proxy, is 5 s), so the
 # gateway does not write a request into a connection the server is closing.
 KEEPALIVE_S = 4.0
+# An upstream's response headers, at most (a broken or hostile upstream could send them forever).
+MAX_HEADER_BYTES = 64 * 1024
 # Unread body bytes above which the upstream socket stops being read until the client catches up.
 HIGH_WATER = 256 * 1024
 
@@ -132,8 +134,13 @@ class _Connection(asyncio.Protocol):
     # httptools callbacks
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        assert self.response is not None
-        self.response._raw_headers.append((name, value))
+        response = self.response
+        assert response is not None
+        response._header_bytes += len(name) + len(value)
+        if response._header_bytes > MAX_HEADER_BYTES:  # llhttp itself sets no bound
+            self._fail(UpstreamError(f"The upstream's headers passed {MAX_HEADER_BYTES} bytes."))
+            raise httptools.HttpParserError("headers too large")  # stops the parser
+        response._raw_headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         response = self.response
@@ -177,6 +184,7 @@ class Http1Response:
         self.status = 0
         self.is_event_stream = False
         self._raw_headers: list[tuple[bytes, bytes]] = []
+        self._header_bytes = 0
         self._keep_alive = False
         self._framed = True  # content-length or chunked: the end is known without a close
         self._headers_waiter: asyncio.Future[None] | None = loop.create_future()

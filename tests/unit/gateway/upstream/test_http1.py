@@ -100,6 +100,15 @@ def client(**timeouts: float) -> Http1Upstream:
     return Http1Upstream(Settings(Timeouts(**timeouts)))
 
 
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait for ``condition`` (a state the test's own server reports), not for a guessed time."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "condition not reached"
+        await asyncio.sleep(0.005)
+
+
 async def whole(upstream: Http1Upstream, url: str) -> tuple[int, bytes]:
     """One request read to its end, its connection given back: (status, body)."""
     response = await upstream.send(url, (), b"")
@@ -188,9 +197,10 @@ async def test_waiting_for_a_connection_can_be_cancelled_without_losing_the_slot
     async with scripted(held) as server:
         upstream = Http1Upstream(Settings(max_connections=1))
         first = asyncio.create_task(upstream.send(server.url + "/", (), b""))
-        await asyncio.sleep(0.05)
+        await until(lambda: len(server.requests) == 1)  # the only connection is taken
         waiting = asyncio.create_task(upstream.send(server.url + "/", (), b""))
-        await asyncio.sleep(0.02)
+        for _ in range(3):  # no I/O on its way: it waits for a connection within these turns
+            await asyncio.sleep(0)
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
@@ -281,16 +291,20 @@ async def test_malformed_answer_is_an_upstream_error() -> None:
 
 
 async def test_unasked_bytes_on_an_idle_connection_retire_it() -> None:
+    released = asyncio.Event()
+
     async def extra(request: Request, writer: Writer) -> None:
         writer.write(answer())
         await writer.drain()
-        await asyncio.sleep(0.02)
-        writer.write(b"HTTP/1.1 200 OK\r\n")  # an answer to nothing
+        if request.connection == 1:
+            await released.wait()  # the client has put the connection back in its pool
+            writer.write(b"HTTP/1.1 200 OK\r\n")  # an answer to nothing
 
     async with scripted(extra) as server:
         upstream = client()
         assert (await whole(upstream, server.url + "/"))[0] == 200
-        await asyncio.sleep(0.1)
+        released.set()
+        await until(lambda: server.open_now == 0)  # the client dropped that connection
         assert (await whole(upstream, server.url + "/"))[0] == 200
         await upstream.aclose()
     assert [r.connection for r in server.requests] == [1, 2]
@@ -365,4 +379,18 @@ async def test_a_slow_reader_pauses_the_upstream_and_still_gets_every_byte() -> 
         assert received == len(big)
         assert largest <= HIGH_WATER + 256 * 1024
         response.release()
+        await upstream.aclose()
+
+
+async def test_endless_headers_from_an_upstream_are_cut_at_the_bound() -> None:
+    async def endless(request: Request, writer: Writer) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\n")
+        for i in range(10_000):  # 10k headers of 100 bytes: 1 MB, past the 64 KiB bound
+            writer.write(b"x-h%d: %s\r\n" % (i, b"v" * 90))
+        await writer.drain()
+
+    async with scripted(endless) as server:
+        upstream = client()
+        with pytest.raises(UpstreamError, match="headers passed 65536 bytes"):
+            await upstream.send(server.url + "/", (), b"")
         await upstream.aclose()
