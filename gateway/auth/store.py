@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
-from sqlalchemy import Row, and_, insert, select, update
+from sqlalchemy import Row, Update, and_, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from gateway.auth.models import AdminKey, ApiKey, Limits, Tenant
@@ -25,6 +25,11 @@ class RecordExists(Exception):
 class AuthStore:
     def __init__(self, database: Database) -> None:
         self.db = database
+
+    async def _changed_one(self, statement: Update) -> bool:
+        """Run an update of one record by its id; False when no such record."""
+        async with self.db.transaction() as conn:
+            return (await conn.execute(statement)).rowcount == 1
 
     # Tenants
 
@@ -56,8 +61,7 @@ class AuthStore:
         statement = (
             update(tenants).where(tenants.c.id == tenant_id).values(enabled=enabled, updated_at=now)
         )
-        async with self.db.transaction() as conn:
-            return (await conn.execute(statement)).rowcount == 1
+        return await self._changed_one(statement)
 
     async def set_tenant_limits(self, tenant_id: str, limits: Limits, now: float) -> bool:
         """Replace the tenant's limits; False when no such tenant."""
@@ -66,8 +70,7 @@ class AuthStore:
             .where(tenants.c.id == tenant_id)
             .values(limits=_limits_json(limits), updated_at=now)
         )
-        async with self.db.transaction() as conn:
-            return (await conn.execute(statement)).rowcount == 1
+        return await self._changed_one(statement)
 
     # Tenant keys
 
@@ -116,8 +119,7 @@ class AuthStore:
             .where(and_(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None)))
             .values(revoked_at=now, previous_secret_hash=None, previous_secret_expires_at=None)
         )
-        async with self.db.transaction() as conn:
-            return (await conn.execute(statement)).rowcount == 1
+        return await self._changed_one(statement)
 
     async def update_key(self, key_id: str, limits: Limits, expires_at: float | None) -> bool:
         """Replace the key's limits and expiry; False when no such key."""
@@ -126,8 +128,7 @@ class AuthStore:
             .where(api_keys.c.id == key_id)
             .values(limits=_limits_json(limits), expires_at=expires_at)
         )
-        async with self.db.transaction() as conn:
-            return (await conn.execute(statement)).rowcount == 1
+        return await self._changed_one(statement)
 
     async def rotate_key(
         self, key_id: str, new_hash: str, previous_hash: str | None, previous_until: float | None
@@ -142,8 +143,7 @@ class AuthStore:
                 previous_secret_expires_at=previous_until,
             )
         )
-        async with self.db.transaction() as conn:
-            return (await conn.execute(statement)).rowcount == 1
+        return await self._changed_one(statement)
 
     async def touch_keys(self, key_ids: Iterable[str], now: float) -> None:
         """Record use: written in batches by the authenticator, never per request."""
@@ -183,8 +183,7 @@ class AuthStore:
             .where(and_(admin_keys.c.id == key_id, admin_keys.c.revoked_at.is_(None)))
             .values(revoked_at=now)
         )
-        async with self.db.transaction() as conn:
-            return (await conn.execute(statement)).rowcount == 1
+        return await self._changed_one(statement)
 
     async def _insert(self, table: Any, values: dict[str, Any], conflict: str) -> None:
         try:

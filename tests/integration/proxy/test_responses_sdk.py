@@ -19,7 +19,7 @@ from pydantic import TypeAdapter
 
 from tests.gatewayproc import GatewayProcess, start_gateway
 from tests.integration.proxy.conftest import MODEL, gateway_config
-from tests.simproc import SimProcess, start_sim
+from tests.simproc import SimProcess
 
 PROMPT = "Tell me about disaggregated serving"
 WEATHER = {
@@ -33,13 +33,6 @@ WEATHER = {
     },
 }
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    timing = ["--ttft-base-ms", "0", "--ttft-per-token-ms", "0", "--itl-ms", "0"]
-    with start_sim("--model", MODEL, "--max-model-len", "512", *timing) as process:
-        yield process
 
 
 @pytest.fixture(scope="module")
