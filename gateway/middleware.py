@@ -21,7 +21,7 @@ from gateway.accesslog import AccessLog
 from gateway.asgi import Message, Receive, Scope, Send, send_response
 from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
-from gateway.wire.outcome import ARRIVAL_KEY, Arrival, Outcome
+from gateway.wire.outcome import ARRIVAL_KEY, OUTCOME_KEY, Arrival, Outcome, OutcomeSlot
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ class RequestIdMiddleware:
             await self.app(scope, receive, send)
             return
         arrival = scope[ARRIVAL_KEY] = new_arrival(scope)
+        slot = scope[OUTCOME_KEY] = OutcomeSlot()
         ids = [
             (REQUEST_ID_HEADER, (arrival.correlation_id or arrival.request_id).encode()),
             (GATEWAY_ID_HEADER, arrival.request_id.encode()),
@@ -87,11 +88,10 @@ class RequestIdMiddleware:
         finally:
             self.metrics.requests_in_flight -= 1
             if self.access_log is not None:
-                self._log(scope, arrival, status)
+                self._log(scope, arrival, slot.value, status)
 
-    def _log(self, scope: Scope, arrival: Arrival, status: int) -> None:
+    def _log(self, scope: Scope, arrival: Arrival, outcome: Outcome | None, status: int) -> None:
         assert self.access_log is not None
-        outcome = arrival.slot.value
         elapsed = time.perf_counter() - arrival.started
         line: dict[str, object] = {
             "msg": "request",

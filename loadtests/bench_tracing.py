@@ -49,7 +49,16 @@ from gateway.telemetry import Tracing, TracingConfig, build_tracing
 from gateway.telemetry.attempt import UpstreamAttempts
 from gateway.telemetry.server import ServerSpanMiddleware
 from gateway.wire.meter import StreamMeter
-from gateway.wire.outcome import ARRIVAL_KEY, Arrival, Ending, Outcome, RouteFacts
+from gateway.wire.outcome import (
+    ARRIVAL_KEY,
+    OUTCOME_KEY,
+    Arrival,
+    Ending,
+    Outcome,
+    OutcomeSlot,
+    RouteFacts,
+    outcome_slot,
+)
 from gateway.wire.request import Operation, ParsedRequest, parse_request
 from gateway.wire.usage import settle_usage
 
@@ -107,7 +116,7 @@ def traced_request(tracing: Tracing, metrics: GatewayMetrics) -> Callable[[], Aw
         outcome = outcome_of(arrival, request, meter)
         attempts.end(outcome)
         observe(metrics, outcome)
-        arrival.slot.put(outcome)
+        outcome_slot(scope).put(outcome)
 
     middleware = ServerSpanMiddleware(
         pipeline, tracing=tracing, traced_paths=["/v1/chat/completions"]
@@ -139,6 +148,7 @@ def _caller(
 
     async def run() -> None:
         scope[ARRIVAL_KEY] = Arrival("id", None, time.perf_counter(), time.time())
+        scope[OUTCOME_KEY] = OutcomeSlot()
         await app(scope, _receive, _send)
 
     return run

@@ -23,16 +23,17 @@ import dataclasses
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import orjson
 
+from gateway.values import value
+
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class UsageRow:
     """One request, as billed: who, what, how many tokens, how it went."""
 

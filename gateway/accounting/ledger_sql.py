@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from typing import Any
 
 from sqlalchemy import (
@@ -32,6 +32,7 @@ from gateway.accounting import daily
 from gateway.accounting.ledger import UsageRow
 from gateway.storage.database import Database
 from gateway.storage.migrations import Migration
+from gateway.values import value
 
 DAY = daily.DAY
 MAX_REPORT_ROWS = 10_000
@@ -179,14 +180,14 @@ class SqlLedgerStore:
             )
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Report:
     rows: list[dict[str, Any]]
     has_more: bool = False
     """More groups matched than ``MAX_REPORT_ROWS``: narrow the range or the grouping."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class UsageQuery:
     group_by: tuple[str, ...]
     tenant_id: str | None = None

@@ -6,13 +6,13 @@ Built from a stored key and its tenant; a revoked key or a disabled tenant gives
 from __future__ import annotations
 
 import hmac
-from dataclasses import dataclass
 
 from gateway.auth.keys import KeyHasher, PresentedKey
 from gateway.auth.models import ApiKey, Principal, Tenant, effective_models
+from gateway.values import value
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Credential:
     principal: Principal
     secret_hash: str

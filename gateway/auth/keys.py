@@ -18,8 +18,9 @@ import hashlib
 import hmac
 import secrets
 import string
-from dataclasses import dataclass
 from enum import StrEnum
+
+from gateway.values import value
 
 PUBLIC_ID_LENGTH = 12
 SECRET_LENGTH = 40
@@ -37,7 +38,7 @@ class KeyKind(StrEnum):
 _KINDS = {kind.value: kind for kind in KeyKind}
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class PresentedKey:
     """A key split into its parts; says nothing yet about whether it is valid."""
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field, model_validator
@@ -21,6 +20,7 @@ from configkit import StrictModel
 from gateway.auth.keys import KeyHasher, KeyKind, PresentedKey, new_key, new_secret
 from gateway.auth.models import AdminKey, ApiKey, Limits, Tenant
 from gateway.auth.store import AuthStore
+from gateway.values import value
 
 TENANT_ID_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 MAX_GRACE_SECONDS = 30 * 24 * 3600
@@ -89,7 +89,7 @@ class RotateSpec(_Spec):
     """How long the old secret keeps working next to the new one."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class IssuedKey:
     """A key just made: ``token`` is the only copy of its secret."""
 

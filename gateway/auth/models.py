@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from pydantic import Field
 
 from configkit import StrictModel
+from gateway.values import value
 
 
 class Limits(StrictModel):
@@ -29,7 +30,7 @@ class Limits(StrictModel):
 NO_LIMITS = Limits()
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Tenant:
     id: str
     name: str
@@ -55,7 +56,7 @@ class Tenant:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class ApiKey:
     """A tenant key as stored: never its secret, only the secret's hash (kept out of ``public``)."""
 
@@ -89,7 +90,7 @@ class ApiKey:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class AdminKey:
     id: str
     name: str
@@ -109,7 +110,7 @@ class AdminKey:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Principal:
     """Who a request acts for, once its key checked out; on ``RequestContext.principal``.
 

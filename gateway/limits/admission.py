@@ -17,7 +17,6 @@ The request id that keys the concurrency slot is the one the gateway made, never
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Protocol
 
 from pydantic import BaseModel
@@ -30,6 +29,7 @@ from gateway.limits.metrics import LimitMetrics
 from gateway.limits.redis_backend import RedisLimiter
 from gateway.limits.types import BackendUnavailable, LimiterBackend, Subject, Ticket
 from gateway.metrics import GatewayMetrics
+from gateway.values import value
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class Identity(Protocol):
     def tenant_limits(self) -> BaseModel: ...
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Reservation:
     ticket: Ticket | None
     """None when nothing was taken (no limits apply, or the store failed open)."""

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from gateway.limits.config import LimitValues
+from gateway.values import value
 
 Scope = Literal["key", "tenant"]
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Subject:
     """Who is limited: one key or one tenant, with the limit values that apply to it."""
 
@@ -23,7 +23,7 @@ class Subject:
         return f"{self.scope}:{self.id}"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Quota:
     """One limit as the response headers report it; ``reset`` in seconds until fully refilled."""
 
@@ -32,7 +32,7 @@ class Quota:
     reset: float
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Refusal:
     """Why a request was not admitted; ``retry_after`` None when waiting cannot help."""
 
@@ -44,7 +44,7 @@ class Refusal:
     retry_after: float | None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Ticket:
     """What was reserved for one admitted request, to settle it later."""
 
@@ -54,7 +54,7 @@ class Ticket:
     day: int
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Decision:
     """A backend's answer: a ticket, or a refusal; and the tightest quotas for the headers."""
 

@@ -16,7 +16,6 @@ Reading :meth:`ProxyEndpoint.__call__` is reading the product.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
 from gateway.asgi import Receive, Scope, Send
 from gateway.errors import GatewayError
@@ -35,6 +34,7 @@ from gateway.runtime.table import ModelRoute, RoutingTable
 from gateway.telemetry.attempt import UpstreamAttempts
 from gateway.tokens.counting import PromptTokens
 from gateway.upstream.client import UpstreamResponse
+from gateway.values import value
 from gateway.wire.outcome import (
     NOTHING_DELIVERED,
     NOWHERE,
@@ -48,7 +48,7 @@ from gateway.wire.outcome import (
 from gateway.wire.request import BodyShape, Operation, ParsedRequest, parse_request, read_body
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Admitted:
     """What the stages before the exchange decided, for the stages after it."""
 
@@ -58,7 +58,7 @@ class Admitted:
     reservation: Reservation
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Exchanged:
     """How the upstream exchange went: where it was served, what reached the client."""
 

@@ -28,6 +28,7 @@ from gateway.wire.outcome import (
     Ending,
     Outcome,
     RouteFacts,
+    outcome_slot,
 )
 from gateway.wire.request import ParsedRequest
 from gateway.wire.usage import NOTHING, Usage, settle_usage
@@ -54,7 +55,7 @@ class Recorder:
             scope, arrival, request, route, NOWHERE, delivered, Ending.REFUSED, NOTHING
         )
         observe(self.state.metrics, outcome)
-        arrival.slot.put(outcome)
+        outcome_slot(scope).put(outcome)
 
     def admitted(
         self,
@@ -104,7 +105,7 @@ class Recorder:
             if exchanged.plan is not None:
                 table.routing.observe(route.router, exchanged.plan, outcome)
             exchanged.attempts.end(outcome)
-        arrival.slot.put(outcome)
+        outcome_slot(scope).put(outcome)
 
     def _outcome(
         self,

@@ -11,9 +11,9 @@ shares (id, time, model, and the request's settings it echoes)::
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from gateway.values import value
 from gateway.wire.usage import Usage
 
 Json = dict[str, Any]
@@ -22,7 +22,7 @@ Json = dict[str, Any]
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class ResponseShell:
     id: str
     created_at: int

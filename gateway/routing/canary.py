@@ -15,9 +15,9 @@ import hashlib
 import math
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from gateway.routing.config import CanaryConfig
+from gateway.values import value
 
 _HASH_SPAN = float(1 << 64)
 
@@ -37,7 +37,7 @@ def choose_variant(key: bytes, weighted: Sequence[tuple[str, float]]) -> str | N
     return best
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class WindowSummary:
     requests: int
     error_rate: float

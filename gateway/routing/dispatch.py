@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from gateway.errors import GatewayError, NoHealthyUpstream, UpstreamTimeout
 from gateway.routing.config import RetryConfig
@@ -29,6 +28,7 @@ from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.pools import Pool, Replica
 from gateway.routing.router import RoutePlan
 from gateway.upstream.client import UpstreamConnectError, UpstreamResponse
+from gateway.values import value
 from gateway.wire.outcome import RouteFacts
 
 SendTo = Callable[[Pool, Replica, str | None], Awaitable[UpstreamResponse]]
@@ -39,7 +39,7 @@ Trail = list[RouteFacts]
 no pool could take it, why not)."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Attempt:
     pool: Pool
     replica: Replica

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from gateway.errors import InvalidParameter
 from gateway.routing.canary import SlidingWindow, WindowSummary, choose_variant, verdict
@@ -35,6 +35,7 @@ from gateway.routing.config import (
     VariantPools,
 )
 from gateway.routing.pools import Pool
+from gateway.values import value
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ FAILOVER = "canary_failover"
 ROLLED_BACK = "canary_rolled_back"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Event:
     """A rollback or a re-enabling, as ``GET /admin/routing`` shows it."""
 
@@ -96,7 +97,7 @@ class Variant:
         self.window = SlidingWindow(window)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class RoutePlan:
     model: str
     variant: Variant

@@ -34,11 +34,12 @@ from gateway.routing.router import ModelRouter
 from gateway.routing.service import Routing
 from gateway.tokens.counting import TokenCounter, counters_for_models
 from gateway.upstream.client import UpstreamClient
+from gateway.values import value
 
 UpstreamFactory = Callable[[PoolConfig], UpstreamClient]
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class ModelRoute:
     name: str
     router: ModelRouter

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gateway.values import value
 
 # pg_advisory_xact_lock key ("pdgw"): replicas starting together migrate one after another.
 _POSTGRES_LOCK_KEY = 0x70646777
@@ -42,7 +43,7 @@ class MigrationError(Exception):
     """The migrations or the database's recorded schema do not fit together."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Migration:
     component: str
     version: int

@@ -10,16 +10,16 @@ it reports one whole-response interval and a lower bound on the token rate, and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
+from gateway.values import value
 from gateway.wire.outcome import Outcome
 from gateway.wire.usage import UsageSource
 
 Measured = Literal["stream", "whole_response"]
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Phases:
     """Times are ``time.perf_counter()`` readings, the meter's clock."""
 

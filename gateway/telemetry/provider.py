@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from opentelemetry.propagators.textmap import TextMapPropagator
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -20,12 +19,13 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from gateway.telemetry.config import TracingConfig
 from gateway.telemetry.export import resolve_protocol, span_exporter
 from gateway.telemetry.sampling import EdgeSampler
+from gateway.values import value
 
 DEFAULT_SERVICE_NAME = "pd-gateway"
 INSTRUMENTATION_NAME = "pd-gateway"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Tracing:
     """The tracer the request pipeline uses, the propagator for ``traceparent``, and shutdown."""
 

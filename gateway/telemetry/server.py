@@ -21,7 +21,7 @@ from gateway.asgi import Receive, Scope, Send
 from gateway.telemetry import attributes as attr
 from gateway.telemetry.provider import Tracing
 from gateway.telemetry.sampling import mark_untrusted
-from gateway.wire.outcome import Ending, Outcome, arrival_of
+from gateway.wire.outcome import Ending, Outcome, outcome_slot
 
 _TRACE_HEADERS = (b"traceparent", b"tracestate")
 
@@ -94,7 +94,7 @@ class ServerSpanMiddleware:
             raise
         finally:
             otel_context.detach(token)
-            outcome = arrival_of(scope).slot.value
+            outcome = outcome_slot(scope).value
             if span.is_recording() and outcome is not None:
                 describe_request(span, scope, outcome)
             span.end()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -17,6 +16,7 @@ import orjson
 
 from gateway.asgi import Receive, Scope, header
 from gateway.errors import BodyTooLarge, InvalidJSON, InvalidParameter, UnsupportedMediaType
+from gateway.values import value
 from gateway.wire.usage import client_wants_usage, usage_requested
 
 
@@ -49,7 +49,7 @@ _REQUIRED_INPUT = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class ParsedRequest:
     """A request as the gateway understands it; ``body`` is what goes upstream."""
 
@@ -111,7 +111,7 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class BodyShape:
     """Bounds on a body's shape, checked before anything costs more than a scan of its bytes."""
 

@@ -16,9 +16,10 @@ the request had been sent, when prefill may well have run: leaving early never m
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+from gateway.values import value
 
 
 class UsageSource(StrEnum):
@@ -30,7 +31,7 @@ class UsageSource(StrEnum):
     """Nothing was used: the request never reached the upstream."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Usage:
     input_tokens: int
     output_tokens: int

@@ -30,7 +30,7 @@ from gateway.config import GatewayConfig, parse_config
 from gateway.limits.memory import MemoryLimiter
 from gateway.limits.types import Ticket
 from gateway.runtime.state import GatewayState
-from gateway.wire.outcome import ARRIVAL_KEY, Outcome
+from gateway.wire.outcome import Outcome, outcome_slot
 from tests.seam.upstream import Script, ScriptedUpstream, factory
 
 
@@ -101,7 +101,7 @@ class Gateway:
 
         scope = _scope(path, headers)
         await self.app(scope, receive, send)
-        outcome = scope[ARRIVAL_KEY].slot.value
+        outcome = outcome_slot(scope).value
         if outcome is not None:
             self.outcomes.append(outcome)
         start = next((m for m in messages if m["type"] == "http.response.start"), None)

@@ -14,7 +14,17 @@ from starlette.types import ASGIApp
 from gateway.asgi import Message, Receive, Scope, Send
 from gateway.telemetry import Tracing
 from gateway.telemetry.server import ServerSpanMiddleware, current_trace_id
-from gateway.wire.outcome import ARRIVAL_KEY, Arrival, Delivered, Ending, Outcome, RouteFacts
+from gateway.wire.outcome import (
+    ARRIVAL_KEY,
+    OUTCOME_KEY,
+    Arrival,
+    Delivered,
+    Ending,
+    Outcome,
+    OutcomeSlot,
+    RouteFacts,
+    outcome_slot,
+)
 from gateway.wire.usage import NOTHING
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
@@ -30,6 +40,7 @@ def scope_for(path: str, headers: list[tuple[bytes, bytes]]) -> Scope:
         "path": path,
         "headers": headers,
         ARRIVAL_KEY: arrival,
+        OUTCOME_KEY: OutcomeSlot(),
     }
 
 
@@ -48,7 +59,7 @@ def answering(status: int, seen: list[trace.Span]) -> ASGIApp:
         seen.append(trace.get_current_span())
         arrival: Arrival = scope[ARRIVAL_KEY]
         error = "upstream_error" if status >= 500 else None
-        arrival.slot.put(
+        outcome_slot(scope).put(
             Outcome(
                 arrival=arrival,
                 method="POST",
@@ -90,7 +101,7 @@ async def test_incoming_traceparent_is_continued_and_the_span_is_current(
     assert f"{span.context.trace_id:032x}" == TRACE_ID
     assert span.parent is not None and f"{span.parent.span_id:016x}" == PARENT_ID
     assert seen[0].get_span_context() == span.context
-    outcome = scope[ARRIVAL_KEY].slot.value
+    outcome = outcome_slot(scope).value
     assert outcome is not None and outcome.trace_id == TRACE_ID  # for the access log
     assert span.attributes["http.response.status_code"] == 200
     assert span.attributes["gateway.request_id"] == "req-9"
