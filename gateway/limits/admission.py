@@ -88,6 +88,10 @@ class RateLimiter:
         # By the limits object's identity (it is kept in the entry, so its id is not reused):
         # hashing and comparing pydantic models field by field cost more than the conversion.
         self._values: dict[int, tuple[BaseModel, LimitValues]] = {}
+        # Likewise by the principal's identity: the authenticator keeps one per key it caches.
+        self._subjects: dict[int, tuple[Identity, tuple[Subject, ...]]] = {}
+        defaults = config.defaults
+        self._anonymous = () if defaults.unlimited else (Subject("key", ANONYMOUS, defaults),)
 
     @classmethod
     def build(cls, config: LimitsConfig, metrics: GatewayMetrics) -> RateLimiter:
@@ -126,13 +130,18 @@ class RateLimiter:
         """Who this request is limited as: its key and its tenant, those with any limit."""
         if not self.config.enabled:
             return ()
-        defaults = self.config.defaults
         if identity is None:
-            anonymous = Subject("key", ANONYMOUS, defaults)
-            return () if defaults.unlimited else (anonymous,)
+            return self._anonymous
+        entry = self._subjects.get(id(identity))
+        if entry is not None and entry[0] is identity:
+            return entry[1]
         key = Subject("key", identity.key_id, self._resolve(identity.limits))
         tenant = Subject("tenant", identity.tenant_id, self._resolve(identity.tenant_limits))
-        return tuple(s for s in (key, tenant) if not s.limits.unlimited)
+        subjects = tuple(s for s in (key, tenant) if not s.limits.unlimited)
+        if len(self._subjects) > 10_000:
+            self._subjects.clear()
+        self._subjects[id(identity)] = (identity, subjects)
+        return subjects
 
     def _resolve(self, limits: BaseModel) -> LimitValues:
         """The store's limits over the config's defaults, converted once per limits object."""

@@ -49,8 +49,10 @@ class MemoryLimiter:
     def settle(self, ticket: Ticket, used_tokens: int) -> None:
         now = self._clock()
         for subject in ticket.subjects:
-            state = self._state(subject, now)
-            give_back(subject, state, ticket.tokens, used_tokens, ticket.day, now)
+            state = self._states.get(subject.name)
+            if state is None:
+                state = self._states[subject.name] = SubjectState.fresh(now)
+            give_back(subject, state, ticket.tokens, used_tokens, ticket.day, now)  # refills
 
     async def ping(self) -> bool:
         return True

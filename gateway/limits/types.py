@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import field
 from typing import Literal, Protocol
 
 from gateway.limits.config import LimitValues
@@ -17,10 +18,11 @@ class Subject:
     scope: Scope
     id: str
     limits: LimitValues
+    name: str = field(init=False, compare=False)
+    """``scope:id``, the counters' key; made once (a subject is looked up twice a request)."""
 
-    @property
-    def name(self) -> str:
-        return f"{self.scope}:{self.id}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", f"{self.scope}:{self.id}")
 
 
 @value
