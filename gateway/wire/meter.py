@@ -13,13 +13,15 @@ asked for on the client's behalf) is removed from what is forwarded; only then a
 held back until their end arrives, so the event is never half sent.
 
 Decoding every event was a quarter of a stream's CPU in the gateway (README, Performance), so
-once the first token has been seen, an event that is one ``data: {...}`` line with
-``"finish_reason":null``, no finish reason that is a string and no ``"usage"`` (a token delta,
-as vLLM writes them; these quotes are the JSON's own, a quote inside a string is escaped) is
-kept undecoded: it counts as a content event arriving with its chunk. Its text is decoded only
-when something needs it: when the stream ends without the upstream's usage (billing counts the
-delivered text), or when ``content_events`` or ``output_parts`` are read. Events with a finish
-reason or a usage block, and every event before the first token, are always decoded.
+once the first token has been seen, token deltas are kept undecoded: events that are each one
+``data: {...}`` line with ``"finish_reason":null``, no finish reason that is a string and no
+``"usage"`` (as vLLM writes them; these quotes are the JSON's own, a quote inside a string is
+escaped). A run of them, one or the many a busy gateway reads at once, is checked as a whole by
+counting those marks, and each counts as a content event arriving with its chunk. Their text is
+decoded only when something needs it: when the stream ends without the upstream's usage
+(billing counts the delivered text), or when ``content_events`` or ``output_parts`` are read.
+Events with a finish reason or a usage block, and every event before the first token, are
+always decoded.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from gateway.wire.usage import usage_from_upstream
 _DONE = b"[DONE]"
 _PLAIN_DELTA = b'"finish_reason":null'
 _FINISHED = b'"finish_reason":"'
+_USAGE = b'"usage"'
 
 
 class StreamMeter:
@@ -43,6 +46,7 @@ class StreamMeter:
         "_clock",
         "_content_events",
         "_deferred",
+        "_deferred_events",
         "_output_parts",
         "_strip_usage",
         "_tail",
@@ -68,7 +72,8 @@ class StreamMeter:
         self.last_token_at: float | None = None
         self._output_parts: list[str] = []
         self._deferred: list[bytes] = []
-        """Token deltas kept undecoded (see the module docstring)."""
+        """Runs of token deltas kept undecoded, whole events each (see the module docstring)."""
+        self._deferred_events = 0
         self.usage: dict[str, Any] | None = None
         self.finish_reasons: list[str] = []
         self.response_id: str | None = None
@@ -91,30 +96,35 @@ class StreamMeter:
         """Meter one chunk; returns the bytes to forward to the client.
 
         The hot loop of a stream: events of one chunk arrived together, so the clock is read once
-        a chunk; a token delta after the first token is kept undecoded (module docstring), any
-        other single-line event goes straight to ``orjson``, the rest through
+        a chunk; after the first token, a run of token deltas is kept undecoded at once (module
+        docstring), any other single-line event goes straight to ``orjson``, the rest through
         :meth:`_message_of`."""
         data = self._tail + chunk if self._tail else chunk
-        complete = data.split(b"\n\n")
-        tail = self._tail = complete.pop()
+        end = data.rfind(b"\n\n") + 2  # the end of the last complete event
         strip = self._strip_usage
-        if not complete:
+        if end < 2:
+            self._tail = data
             return b"" if strip else chunk
-        usage_only: list[bytes] = []  # the usage-only events of this chunk (the gateway's)
-        meter, loads, deferred = self._meter_message, orjson.loads, self._deferred
-        deferred_before = len(deferred)
-        produced_before = self._content_events + deferred_before
-        for event in complete:
+        self._tail = data[end:]
+        usage_only: list[tuple[int, int]] = []  # where the usage-only events are (the gateway's)
+        meter, loads = self._meter_message, orjson.loads
+        produced_before = self._content_events + self._deferred_events
+        pos, mark, runs = 0, -1, True
+        while pos < end:
+            if runs and self._content_events:  # after the first token: a run of deltas at once
+                if mark < pos:
+                    mark = _next_mark(data, pos, end)
+                run_end = self._keep_run(data, pos, mark, end)
+                if run_end < 0:
+                    runs = False  # not plain deltas: this chunk's events one by one
+                elif run_end == end:
+                    break
+                else:
+                    pos = run_end
+            start, stop = pos, data.find(b"\n\n", pos)
+            event, pos = data[start:stop], stop + 2
             message: Any
             if event[:7] == b"data: {" and b"\n" not in event:
-                if (
-                    self._content_events
-                    and _PLAIN_DELTA in event
-                    and _FINISHED not in event  # another choice of it may be finishing
-                    and b'"usage"' not in event
-                ):
-                    deferred.append(event)
-                    continue
                 try:
                     message = loads(event[6:])
                 except orjson.JSONDecodeError:
@@ -122,28 +132,50 @@ class StreamMeter:
             else:
                 message = self._message_of(event)
             if type(message) is dict and meter(message):
-                usage_only.append(event)
-        self.events += len(deferred) - deferred_before
-        if self._content_events + len(deferred) != produced_before:
+                usage_only.append((start, pos))
+        if self._content_events + self._deferred_events != produced_before:
             self._tokens_arrived()
-        if not strip:
-            return chunk
         # Only whole events are forwarded in stripping mode; the tail waits for its end.
-        if not usage_only:
-            return data[: len(data) - len(tail)] if tail else data
-        kept = [event for event in complete if event not in usage_only]
-        return b"\n\n".join(kept) + b"\n\n" if kept else b""
+        return _without(data, end, usage_only) if strip else chunk
+
+    def _keep_run(self, data: bytes, start: int, mark: int, end: int) -> int:
+        """Keep the events from ``start`` on undecoded, up to the one holding ``mark`` (a finish
+        reason or a usage block: :func:`_next_mark`), if they are all plain token deltas: each
+        one line, starting with ``data: {``, with ``"finish_reason":null``. Returns where the
+        run ended (``start``: the next event has the mark), or -1 when it held anything else (a
+        comment, ``[DONE]``, another layout).
+
+        Checked by counts, which the C code does: a burst of deltas (a busy gateway reads many
+        at once) costs a few scans, not a Python step each."""
+        if mark < end:
+            before = data.rfind(b"\n\n", start, mark)
+            if before < 0:
+                return start
+            end = before + 2
+        n = data.count(b"\n\n", start, end)
+        if (
+            data.count(b"\n", start, end) != 2 * n
+            or data.count(b"data: {", start, end) != n
+            or data.count(_PLAIN_DELTA, start, end) != n
+        ):
+            return -1
+        self._deferred.append(data[start:end])
+        self._deferred_events += n
+        self.events += n
+        return end
 
     def _decode_deferred(self) -> None:
         """Decode the token deltas kept undecoded, in order (their times are already noted)."""
         if not self._deferred:
             return
-        deferred, self._deferred = self._deferred, []
-        for event in deferred:
-            message = self._message_of(event)
-            if message is not None:
-                self.events -= 1  # counted when it was kept
-                self._meter_message(message)
+        deferred, self._deferred, self._deferred_events = self._deferred, [], 0
+        for run in deferred:
+            for event in run.split(b"\n\n"):
+                message = self._message_of(event) if event else None
+                if event:
+                    self.events -= 1  # counted when it was kept
+                if message is not None:
+                    self._meter_message(message)
 
     def feed_decoded(self, chunk: bytes) -> list[dict[str, Any]]:
         """Meter one chunk; returns its complete events, decoded, for a translator (the
@@ -184,14 +216,14 @@ class StreamMeter:
         text, which nothing reads then, is left empty."""
         if self.usage is None:
             self._decode_deferred()
-        deferred = self._deferred
+        deferred = self._deferred_events
         return Delivered(
             status=status,
             upstream_status=upstream_status,
             first_byte_at=first_byte_at,
             first_token_at=self.first_token_at,
             last_token_at=self.last_token_at,
-            content_events=self._content_events + len(deferred),
+            content_events=self._content_events + deferred,
             upstream_usage=None if self.usage is None else usage_from_upstream(self.usage),
             output_text="" if deferred else "".join(self._output_parts),
             finish_reasons=tuple(self.finish_reasons),
@@ -306,6 +338,29 @@ class StreamMeter:
                 self.finish_reasons.append(reason)
         if produced:
             self._content_events += 1
+
+
+def _without(data: bytes, end: int, spans: list[tuple[int, int]]) -> bytes:
+    """``data`` up to ``end`` less the events at ``spans``."""
+    if not spans:
+        return data[:end]
+    kept, at = [], 0
+    for start, stop in spans:
+        kept.append(data[at:start])
+        at = stop
+    kept.append(data[at:end])
+    return b"".join(kept)
+
+
+def _next_mark(data: bytes, start: int, end: int) -> int:
+    """Where the next event that must be decoded has its mark (a finish reason that is a string,
+    or a usage block), else ``end``. Searched again only once passed, so a chunk is scanned once
+    for each mark however many runs it holds."""
+    finish = data.find(_FINISHED, start, end)
+    if finish < 0:
+        finish = end
+    usage = data.find(_USAGE, start, finish)
+    return finish if usage < 0 else usage
 
 
 def _data_of(event: bytes) -> bytes | None:

@@ -164,5 +164,40 @@ def test_a_model_writing_the_markers_in_its_text_does_not_change_the_metering() 
     meter = StreamMeter()
     for e in [ROLE, vllm_delta("a"), vllm_delta(sly), USAGE]:
         meter.feed(e)
-    assert meter._deferred == [vllm_delta(sly)[:-2]]  # still a plain token delta, undecoded
+    assert meter._deferred == [vllm_delta(sly)]  # still a plain token delta, undecoded
     assert "".join(meter.output_parts) == "a" + sly
+
+
+def test_a_burst_of_deltas_in_one_read_is_kept_as_one_run() -> None:
+    """A busy gateway reads many events at once: the deltas after the first token are checked
+    and kept together; finishing and usage events around them are still decoded."""
+    stream = b"".join([*LONG, USAGE, b"data: [DONE]\n\n"])
+    meter = StreamMeter(strip_usage=True)
+    forwarded = meter.feed(stream) + meter.flush()
+    assert forwarded == b"".join(LONG) + b"data: [DONE]\n\n"
+    assert meter._deferred == [b"".join(LONG[2:-1])]  # 19 deltas after the first token
+    delivered = meter.delivered(status=200, upstream_status=200, first_byte_at=0, error_code=None)
+    assert delivered.content_events == 20 and delivered.finish_reasons == ("length",)
+    assert delivered.upstream_usage is not None and meter.done
+    assert meter.content_events == 20 and "".join(meter.output_parts) == "".join(WORDS)
+
+
+def test_any_chunking_meters_the_same() -> None:
+    stream = b"".join([*LONG, USAGE, b"data: [DONE]\n\n"])
+    for cut in range(1, len(stream), 5):
+        for second in (cut + 1, (cut + len(stream)) // 2):
+            meter = StreamMeter(strip_usage=True)
+            parts = (stream[:cut], stream[cut:second], stream[second:])
+            forwarded = b"".join(meter.feed(p) for p in parts) + meter.flush()
+            assert forwarded == b"".join(LONG) + b"data: [DONE]\n\n"
+            assert meter.usage is not None and meter.finish_reasons == ["length"]
+            assert meter.content_events == 20 and "".join(meter.output_parts) == "".join(WORDS)
+
+
+def test_a_run_holding_anything_but_plain_deltas_is_decoded_event_by_event() -> None:
+    ping = b": keep-alive\n\n"
+    stream = b"".join([ROLE, vllm_delta("a"), vllm_delta("b"), ping, vllm_delta("c"), USAGE])
+    meter = StreamMeter()
+    assert meter.feed(stream) == stream
+    assert meter._deferred == []  # the comment failed the run's counts
+    assert meter.content_events == 3 and "".join(meter.output_parts) == "abc"
