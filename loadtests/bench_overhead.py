@@ -176,7 +176,7 @@ def start_gateway(
     workdir.mkdir()
     path = workdir / "gateway.yaml"
     path.write_text(yaml.safe_dump(gateway_config(port, upstream, workdir, full, workers)))
-    env = os.environ if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
+    env = os.environ if tree is None else {**os.environ, "PYTHONPATH": _path_with(tree)}
     key = bootstrap_key(path, env, tree) if full else "none"
     command = [PYTHON, "-m", "gateway", "run", "--config", str(path)]
     log = (workdir / f"gateway-{port}.log").open("wb")
@@ -196,6 +196,12 @@ def start_gateway(
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/healthz")
     return Target(url, proc.pid, key)
+
+
+def _path_with(tree: Path) -> str:
+    """PYTHONPATH with ``tree`` first: its ``gateway`` package shadows this one, and whatever
+    the environment put there (a folder of dependencies) is still found."""
+    return os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p)
 
 
 def bootstrap_key(config: Path, env: os._Environ[str] | dict[str, str], tree: Path | None) -> str:
