@@ -37,6 +37,7 @@ import httptools
 
 from gateway.errors import UpstreamError, UpstreamTimeout
 from gateway.upstream.client import Headers, UpstreamConnectError, UpstreamSettings, relayable
+from gateway.upstream.config import Timeouts
 
 # An idle connection older than this is closed rather than reused: below the keep-alive timeout
 # of the servers in front of engines (uvicorn's default, Ray Serve's proxy, is 5 s), so the
@@ -195,7 +196,10 @@ class Http1Response:
         self._failure: UpstreamError | None = None
         self._body_waiter: asyncio.Future[None] | None = None
         self._released = False
-        # The deadlines, armed by ``Http1Upstream.send`` once headers arrived.
+        # The deadlines (``_arm``): the first byte's until the headers came, then the idle gap
+        # and the total; one timer for all of them.
+        self._first_byte = 0.0
+        self._headers_by = 0.0
         self._idle = 0.0
         self._deadline = 0.0
         self._last_read = 0.0
@@ -211,6 +215,7 @@ class Http1Response:
             if lowered == b"content-type":
                 self.is_event_stream = value.startswith(b"text/event-stream")
         self._framed = _is_framed(self._raw_headers)
+        self._last_read = self._loop.time()  # the idle gap is counted from here
         self._wake_headers(None)
 
     def _feed(self, body: bytes) -> None:
@@ -260,26 +265,41 @@ class Http1Response:
 
     # deadlines
 
-    def _arm(self, timeouts_idle: float, total: float, deadline: float) -> None:
-        self._idle, self._total, self._deadline = timeouts_idle, total, deadline
-        self._last_read = self._loop.time()
-        self._watchdog = self._loop.call_at(self._next_expiry(), self._check)
+    def _arm(self, timeouts: Timeouts, started: float, first_byte: float) -> None:
+        """One timer for every deadline of the exchange, from before the request is sent (an
+        ``asyncio.timeout`` around the wait for the headers cost a context, a cancellation and
+        a second timer on every request). It is set for the earliest any deadline can come (the
+        idle gap counts from the headers, which come after ``started``) and, when it fires
+        before the deadline that applies then, set again for it: an answer shorter than the idle
+        gap costs one timer, set and cancelled."""
+        self._idle, self._total = timeouts.idle, timeouts.total
+        self._deadline = started + timeouts.total
+        self._first_byte = first_byte
+        self._headers_by = min(started + first_byte, self._deadline)
+        self._set_watchdog(min(self._headers_by, started + self._idle))
+
+    def _set_watchdog(self, at: float) -> None:
+        self._watchdog = self._loop.call_at(at, self._check)
 
     def _next_expiry(self) -> float:
+        if self._headers_waiter is not None:
+            return self._headers_by
         return min(self._last_read + self._idle, self._deadline)
 
     def _check(self) -> None:
         now = self._loop.time()
         expiry = self._next_expiry()
         if now < expiry:
-            self._watchdog = self._loop.call_at(expiry, self._check)
+            self._set_watchdog(expiry)
             return
         self._watchdog = None
-        self._timed_out = (
-            f"The upstream sent nothing for {self._idle:g}s."
-            if now < self._deadline
-            else f"The upstream did not finish within {self._total:g}s."
-        )
+        if self._headers_waiter is not None:
+            self._timed_out = f"The upstream did not answer within {self._first_byte:g}s."
+            self._wake_headers(UpstreamTimeout(self._timed_out))
+        elif now < self._deadline:
+            self._timed_out = f"The upstream sent nothing for {self._idle:g}s."
+        else:
+            self._timed_out = f"The upstream did not finish within {self._total:g}s."
         self._connection.close()
         self._wake_body()
 
@@ -394,27 +414,18 @@ class Http1Upstream:
         loop = asyncio.get_running_loop()
         started = loop.time()
         timeouts = self.timeouts
-        deadline = started + timeouts.total
         connection = await self._connection(key, loop)
         response = Http1Response(connection, loop)
         waiter = response._headers_waiter
         assert waiter is not None
+        # A probe's caller has its own deadline: the first byte's is then the total.
+        response._arm(timeouts, started, timeouts.total if probe else timeouts.first_byte)
         try:
             connection.start(response, request)
-            if probe:  # the caller's own deadline applies
-                await waiter
-            else:
-                async with asyncio.timeout_at(min(started + timeouts.first_byte, deadline)):
-                    await waiter
-        except TimeoutError:
-            response.abort()
-            raise UpstreamTimeout(
-                f"The upstream did not answer within {timeouts.first_byte:g}s."
-            ) from None
+            await waiter  # raises the first byte's UpstreamTimeout when the watchdog fires
         except BaseException:
             response.abort()
             raise
-        response._arm(timeouts.idle, timeouts.total, deadline)
         return response
 
     async def _connection(

@@ -256,6 +256,30 @@ async def test_a_stalled_body_is_an_idle_timeout() -> None:
         await upstream.aclose()
 
 
+async def test_the_idle_gap_counts_from_the_headers_and_the_total_bounds_the_rest() -> None:
+    """One watchdog serves every deadline: answers slower than the idle gap, with chunks
+    closer together than it, pass; the total deadline still ends a stream that never stalls."""
+
+    async def slow_then_steady(request: Request, writer: Writer) -> None:
+        await asyncio.sleep(0.6)  # past the idle gap, within the first byte's deadline
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for _ in range(6 if request.body == b"end" else 100):
+            await asyncio.sleep(0.05)
+            writer.write(b"1\r\nx\r\n")
+        writer.write(b"0\r\n\r\n")
+
+    async with scripted(slow_then_steady) as server:
+        upstream = client(first_byte=3.0, idle=0.5, total=2.0)
+        response = await upstream.send(server.url + "/", (), b"end")
+        assert await response.read() == b"x" * 6
+        response.release()
+        response = await upstream.send(server.url + "/", (), b"forever")
+        with pytest.raises(UpstreamTimeout, match=r"did not finish within 2s"):
+            await response.read()
+        response.abort()
+        await upstream.aclose()
+
+
 async def test_closed_before_answering_and_mid_body_are_upstream_errors() -> None:
     async def hangs_up(request: Request, writer: Writer) -> None:
         writer.close()
