@@ -1,8 +1,9 @@
 import itertools
 
 import orjson
+import pytest
 
-from gateway.wire.meter import StreamMeter
+from gateway.wire.meter import MAX_EVENT_BYTES, OversizedEvent, StreamMeter
 
 
 def event(obj: object) -> bytes:
@@ -201,3 +202,53 @@ def test_a_run_holding_anything_but_plain_deltas_is_decoded_event_by_event() -> 
     assert meter.feed(stream) == stream
     assert meter._deferred == []  # the comment failed the run's counts
     assert meter.content_events == 3 and "".join(meter.output_parts) == "abc"
+
+
+def test_crlf_framing_meters_as_lf_wherever_chunks_split() -> None:
+    crlf = STREAM.replace(b"\n", b"\r\n")
+    for cut in range(1, len(crlf)):
+        meter = StreamMeter(strip_usage=True)
+        forwarded = meter.feed(crlf[:cut]) + meter.feed(crlf[cut:]) + meter.flush()
+        assert forwarded == STREAM.replace(USAGE, b"")  # forwarded whole, framed by LF
+        assert meter.content_events == 2 and meter.finish_reasons == ["length"]
+        assert meter.usage is not None and meter.done
+
+
+def test_an_unended_event_past_the_bound_breaks_the_stream() -> None:
+    # An upstream that never ends its event (no blank line): the meter holds at most
+    # MAX_EVENT_BYTES of it, then raises, whatever the pieces' size.
+    for piece in (b"x" * 4096, b"data: " + b"x" * 1000 + b"\n"):
+        for strip in (False, True):
+            meter = StreamMeter(strip_usage=strip)
+            meter.feed(ROLE + TOKENS[0])
+            fed = 0
+            with pytest.raises(OversizedEvent) as caught:
+                while fed <= 2 * MAX_EVENT_BYTES:
+                    meter.feed(piece)
+                    fed += len(piece)
+            assert fed <= MAX_EVENT_BYTES < fed + len(piece)  # raised by the piece past it
+            assert caught.value.code == "upstream_event_too_large"
+            assert meter.flush() == b""  # nothing of the oversized event is forwarded
+            assert meter.content_events == 1
+
+
+def test_a_long_event_under_the_bound_is_metered_whole() -> None:
+    text = "y" * (MAX_EVENT_BYTES // 2)
+    long = event({"id": "c1", "choices": [{"index": 0, "delta": {"content": text}}]})
+    for strip in (False, True):
+        meter = StreamMeter(strip_usage=strip)
+        pieces = [long[i : i + 1000] for i in range(0, len(long), 1000)]
+        forwarded = b"".join(meter.feed(p) for p in [ROLE, *pieces]) + meter.flush()
+        assert forwarded == ROLE + long
+        assert meter.content_events == 1 and meter.output_parts == [text]
+
+
+def test_decoded_events_accept_crlf_and_the_bound() -> None:
+    crlf = STREAM.replace(b"\n", b"\r\n")
+    meter = StreamMeter()
+    cut = crlf.index(b"\r\n\r\n") + 1  # between the CR and the LF ending the first line
+    decoded = [*meter.feed_decoded(crlf[:cut]), *meter.feed_decoded(crlf[cut:])]
+    assert len(decoded) == 5 and meter.done and meter.usage is not None
+    with pytest.raises(OversizedEvent):
+        for _ in range(MAX_EVENT_BYTES // 4096 + 1):
+            meter.feed_decoded(b"y" * 4096)
