@@ -8,6 +8,7 @@ import orjson
 
 from gateway.asgi import Receive, Scope, Send, send_response
 from gateway.auth.access import may_see
+from gateway.auth.middleware import PUBLIC_VIEW_KEY
 from gateway.errors import ModelNotFound
 from gateway.openapi import openapi_document
 from gateway.runtime.state import GatewayState
@@ -81,7 +82,8 @@ class Metrics:
         state = self.state
         metrics = state.metrics
         publish_pool_state(metrics, state.routing_metrics, state.table.pools.values())
-        await send_response(send, 200, metrics.render(), metrics.content_type.encode())
+        body = metrics.render(tenants=PUBLIC_VIEW_KEY not in scope)
+        await send_response(send, 200, body, metrics.content_type.encode())
 
 
 class OpenAPI:

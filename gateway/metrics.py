@@ -1,6 +1,11 @@
 """Prometheus metrics of one gateway app, on a registry of its own (no global state).
 
 Labels carry only bounded values: model and pool names from config, status codes, error kinds.
+Series labelled by tenant are on a registry of their own, rendered only for a caller allowed to
+see every tenant (an admin key or the scrape credential: gateway/auth/middleware.py)::
+
+    metrics.render()                # every series
+    metrics.render(tenants=False)   # what a public /metrics shows
 """
 
 from __future__ import annotations
@@ -192,6 +197,8 @@ class GatewayMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self.tenant_registry = CollectorRegistry(auto_describe=True)
+        """The series labelled by tenant: never on a public surface."""
         r = self.registry
         # Updated by every request: plain numbers, exposed by one collector (see PlainCounter).
         self.requests = PlainCounter(
@@ -263,7 +270,7 @@ class GatewayMetrics:
             "gateway_rate_limit_refusals",
             "Requests refused by a rate limit",
             ["tenant", "limit"],
-            registry=r,
+            registry=self.tenant_registry,
         )
         self.canary_rollbacks = Counter(
             "gateway_canary_rollbacks",
@@ -280,11 +287,10 @@ class GatewayMetrics:
                     self.time_to_first_byte,
                     self.time_to_first_token,
                     self.time_per_output_token,
-                    self.tokens,
-                    self.tenant_requests,
                 ]
             )
         )
+        self.tenant_registry.register(PlainMetrics([self.tokens, self.tenant_requests]))
         # What every request updates (the names the pipeline uses; each child kept by labels).
         self.requests_by = self.requests
         self.duration_by = self.duration
@@ -294,5 +300,7 @@ class GatewayMetrics:
         self.time_per_output_token_by = self.time_per_output_token
         self.tokens_by = self.tokens
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, *, tenants: bool = True) -> bytes:
+        """The Prometheus text; ``tenants=False`` leaves out every series labelled by tenant."""
+        public = generate_latest(self.registry)
+        return public + generate_latest(self.tenant_registry) if tenants else public
