@@ -36,6 +36,7 @@ from gateway.middleware import RequestIdMiddleware
 from gateway.proxy.handler import ProxyEndpoint
 from gateway.runtime.reload import ConfigReloader, reload_on_sighup
 from gateway.runtime.state import GatewayState, UpstreamFactory
+from gateway.server.overload import InFlightLimit
 from gateway.telemetry.server import ServerSpanMiddleware
 from gateway.upstream.http1 import Http1Upstream
 from gateway.wire.request import Operation
@@ -93,6 +94,15 @@ def create_app(
         routes=routes,
         middleware=[
             Middleware(RequestIdMiddleware, metrics=state.metrics, access_log=access_log),
+            # The server's caps: a refusal has its ids and access-log line, and costs no stage.
+            Middleware(
+                InFlightLimit,
+                limit=config.server.max_requests_in_flight,
+                max_uploads=config.server.max_uploads,
+                max_uploads_per_client=config.server.max_uploads_per_client,
+                max_body_bytes=config.server.max_body_bytes,
+                metrics=state.metrics,
+            ),
             # Only when traces are exported: the no-op tracer's span still cost ~20 us a request.
             *(
                 [

@@ -272,6 +272,16 @@ class GatewayMetrics:
             ["tenant", "limit"],
             registry=self.tenant_registry,
         )
+        # Refused by the server's own caps, before any request stage (gateway/server/overload.py).
+        self.overload_refusals = Counter(
+            "gateway_overload_refusals",
+            "Requests refused by the server's caps (in_flight, uploads, client_uploads)",
+            ["reason"],
+            registry=r,
+        )
+        self.uploads_in_progress = Gauge(
+            "gateway_uploads_in_progress", "Request bodies still arriving", registry=r
+        )
         self.canary_rollbacks = Counter(
             "gateway_canary_rollbacks",
             "Canary variants rolled back automatically",
