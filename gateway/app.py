@@ -19,14 +19,14 @@ from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway import errors
 from gateway.accesslog import AccessLog
 from gateway.accounting.ledger_sql import SqlLedgerStore
 from gateway.accounting.usage_api import usage_routes
-from gateway.admin.api import admin_routes, own_key_routes
+from gateway.admin.api import REQUEST_MODELS, admin_routes, own_key_routes
 from gateway.admin.routing import routing_admin_routes
 from gateway.auth.middleware import auth_middleware
 from gateway.config import GatewayConfig
@@ -74,14 +74,15 @@ def create_app(
                 access_log.close()
 
     proxies = {"/v1/" + op.value: ProxyEndpoint(op, state) for op in Operation}
-    routes = [
+    routes: list[BaseRoute] = []  # described by the OpenAPI endpoint, which is one of them
+    routes += [
         *(Route(path, endpoint, methods=["POST"]) for path, endpoint in proxies.items()),
         Route("/v1/models", ListModels(state), methods=["GET"]),
         Route("/v1/models/{model:path}", RetrieveModel(state), methods=["GET"]),
         Route("/healthz", Healthz(), methods=["GET"]),
         Route("/readyz", Readyz(state), methods=["GET"]),
         Route("/metrics", Metrics(state), methods=["GET"]),
-        Route("/openapi.json", OpenAPI(), methods=["GET"]),
+        Route("/openapi.json", OpenAPI(routes, REQUEST_MODELS), methods=["GET"]),
         *routing_admin_routes(state, reloader),
         # Before the /admin mount, which would otherwise answer /admin/usage with a 404.
         *usage_routes(SqlLedgerStore(state.database), admin=state.auth is not None),

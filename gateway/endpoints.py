@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
+from pydantic import BaseModel
+from starlette.routing import BaseRoute
 
 from gateway.asgi import Receive, Scope, Send, send_response
 from gateway.auth.access import may_see
@@ -87,8 +90,18 @@ class Metrics:
 
 
 class OpenAPI:
-    def __init__(self) -> None:
-        self.body = orjson.dumps(openapi_document())
+    """The document of the routes served (gateway/openapi.py), made at the first request: the
+    route table holds this endpoint too, so it is complete only once the app is built."""
+
+    def __init__(
+        self,
+        routes: Sequence[BaseRoute],
+        bodies: Mapping[tuple[str, str], type[BaseModel]],
+    ) -> None:
+        self.routes, self.bodies = routes, bodies
+        self.body: bytes | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.body is None:
+            self.body = orjson.dumps(openapi_document(self.routes, self.bodies))
         await send_response(send, 200, self.body)

@@ -259,7 +259,7 @@ def main() -> None:
     procs = Processes()
     rows = ["| what was sent | outcome | resources |", "|---|---|---|"]
     try:
-        sim = start_sim(procs)
+        sim = start_sim(procs, "sim")  # the project's simulator, as before
         with tempfile.TemporaryDirectory() as folder:
             workdir = Path(folder)
             with gateway(args.server, sim, workdir, settings=settings) as gw:
