@@ -44,16 +44,19 @@ _ERROR_STATUSES = {
     "504": "The upstream timed out",
 }
 
-# Server-sent events: OpenAPI 3.1 has no item schema for a stream, so the body is a string of
-# the text/event-stream media type; each ``data:`` line holds one JSON chunk, the last is
-# ``data: [DONE]``, and a failure after the start is an ``error`` object in a ``data:`` line.
+# Server-sent events: in OpenAPI 3.1 the schema of text/event-stream describes each event (3.2's
+# itemSchema, read as 3.1 tools read it). Each event's ``data`` holds one JSON chunk, the last is
+# ``[DONE]``, and a failure after the start is an ``error`` object in the last ``data``.
 _EVENT_STREAM = {
     "schema": {
-        "type": "string",
-        "contentMediaType": "text/event-stream",
-        "description": "data: {chunk JSON}\\n\\n ... data: [DONE]\\n\\n",
+        "type": "object",
+        "required": ["data"],
+        "properties": {
+            "data": {"type": "string", "description": "a chunk's JSON, or [DONE]"},
+            "event": {"type": "string"},
+        },
     },
-    "example": 'data: {"object":"chat.completion.chunk","choices":[]}\n\ndata: [DONE]\n\n',
+    "example": {"data": '{"object":"chat.completion.chunk","choices":[]}', "event": "message"},
 }
 
 # The default server.max_tokens_limit: a deployment may lower it (then larger values are 400).
@@ -119,14 +122,85 @@ _RESPONSES_DESCRIPTION = (
 )
 
 
+# The Responses input items the gateway translates (gateway/responses/request.py), as it checks
+# them: a message (its type may be left out), a function call, a function call's output; only
+# user messages may carry images (by URL).
+_STRING = {"type": "string"}
+_NONEMPTY = {"type": "string", "minLength": 1}
+_TEXT_PART = {
+    "anyOf": [
+        {
+            "type": "object",
+            "required": ["type", "text"],
+            "properties": {
+                "type": {"enum": ["input_text", "output_text", "text"]},
+                "text": _STRING,
+            },
+        },
+        {
+            "type": "object",
+            "required": ["type", "refusal"],
+            "properties": {"type": {"const": "refusal"}, "refusal": _STRING},
+        },
+    ]
+}
+_IMAGE_PART = {
+    "type": "object",
+    "required": ["type", "image_url"],
+    "properties": {"type": {"const": "input_image"}, "image_url": _STRING},
+}
+
+
+def _message_item(roles: list[str], part: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["role", "content"],
+        "properties": {
+            "type": {"const": "message"},
+            "role": {"enum": roles},
+            "content": {"anyOf": [_STRING, {"type": "array", "items": part}]},
+        },
+    }
+
+
+_INPUT_ITEMS = [
+    _message_item(["user"], {"anyOf": [_TEXT_PART, _IMAGE_PART]}),
+    _message_item(["system", "developer", "assistant"], _TEXT_PART),
+    {
+        "type": "object",
+        "required": ["type", "call_id", "name"],
+        "properties": {
+            "type": {"const": "function_call"},
+            "call_id": _NONEMPTY,
+            "name": _NONEMPTY,
+            "arguments": _STRING,
+        },
+    },
+    {
+        "type": "object",
+        "required": ["type", "call_id", "output"],
+        "properties": {
+            "type": {"const": "function_call_output"},
+            "call_id": _NONEMPTY,
+            "output": {"anyOf": [_STRING, {"type": "array", "items": _TEXT_PART}]},
+        },
+    },
+]
+
+
 def _responses_request() -> dict[str, Any]:
-    item = {"type": "object", "description": "message, function_call or function_call_output"}
+    item = {"anyOf": _INPUT_ITEMS}
     return {
         "type": "object",
         "required": ["model", "input"],
         "properties": {
             "model": {"type": "string", "minLength": 1},
-            "input": {"oneOf": [{"type": "string"}, {"type": "array", "items": item}]},
+            "input": {
+                "oneOf": [
+                    {"type": "string", "minLength": 1},
+                    {"type": "array", "minItems": 1, "items": item},
+                ]
+            },
             "instructions": {"type": "string"},
             "stream": {"type": "boolean"},
             "max_output_tokens": _MAX_TOKENS,
@@ -345,7 +419,16 @@ _WEIGHT = {
     "required": ["weight"],
     "properties": {"weight": {"type": "number", "minimum": 0}},
 }
-_USAGE_QUERY = ("start_time", "end_time", "group_by")
+
+
+def _groups(*names: str) -> dict[str, Any]:
+    """``group_by``: a comma-separated list of these (gateway/accounting/usage_api.py)."""
+    one = "|".join(names)
+    return {"type": "string", "pattern": f"^(({one})(,({one}))*)?$"}
+
+
+_SECONDS = {"type": "number", "minimum": 0, "exclusiveMaximum": 1e11}  # UNIX seconds
+_USAGE_QUERY: dict[str, Any] = {"start_time": _SECONDS, "end_time": _SECONDS}
 _OBJECT = {"type": "object"}
 _LIST = {
     "type": "object",
@@ -358,7 +441,7 @@ def _op(
     summary: str,
     errors: dict[str, Any],
     *,
-    query: tuple[str, ...] = (),
+    query: Mapping[str, dict[str, Any]] | None = None,
     path: tuple[str, ...] = (),
     body: bool | dict[str, Any] = False,
     result: dict[str, Any] = _OBJECT,
@@ -372,8 +455,8 @@ def _op(
                 for n in path
             ),
             *(
-                {"name": n, "in": "query", "required": False, "schema": {"type": "string"}}
-                for n in query
+                {"name": n, "in": "query", "required": False, "schema": schema}
+                for n, schema in (query or {}).items()
             ),
         ],
         "responses": {
@@ -394,13 +477,18 @@ def _management_paths(errors: dict[str, Any]) -> dict[str, Any]:
     return {
         "/v1/usage": {"get": _op(
             "The caller's usage (scope=key) or its tenant's (scope=tenant), by some of day, "
-            "key_id, model; has_more when cut", errors, query=(*_USAGE_QUERY, "scope"),
+            "key_id, model; has_more when cut", errors, query={
+                **_USAGE_QUERY, "group_by": _groups("day", "key_id", "model"),
+                "scope": {"enum": ["key", "tenant"]}},
             result=_LIST)},
         "/v1/keys": {"get": _op("The caller's tenant's keys, never secrets", errors,
                                 result=_LIST)},
         "/admin/usage": {"get": _op(
             "Any tenant's or key's usage (admin keys)", errors,
-            query=(*_USAGE_QUERY, "tenant_id", "key_id", "model"), result=_LIST)},
+            query={
+                **_USAGE_QUERY, "group_by": _groups("day", "tenant_id", "key_id", "model"),
+                "tenant_id": _STRING, "key_id": _STRING, "model": _STRING},
+            result=_LIST)},
         "/admin/tenants": {"get": _op("Tenants", errors, result=_LIST),
                            "post": _op("Create a tenant", errors, body=True)},
         "/admin/tenants/{tenant}": {
