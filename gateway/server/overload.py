@@ -75,7 +75,7 @@ class InFlightLimit:
             return
         self.in_flight += 1
         try:
-            await self.app(scope, _replay(body, receive), send)
+            await self.app(scope, _Replay(body, receive), send)
         finally:
             self.in_flight -= 1
 
@@ -128,15 +128,20 @@ async def _rest_of_body(first: Message, receive: Receive, limit: int) -> list[Me
     return messages
 
 
-def _replay(messages: list[Message], receive: Receive) -> Receive:
-    """``receive`` for the app: the messages read already, then the connection's own."""
-    pending = iter(messages)
+class _Replay:
+    """``receive`` for the app: the messages read already, then the connection's own. A plain
+    object rather than a closure over an iterator: it is made for every request."""
 
-    async def replayed() -> Message:
-        message = next(pending, None)
-        return await receive() if message is None else message
+    __slots__ = ("messages", "receive")
 
-    return replayed
+    def __init__(self, messages: list[Message], receive: Receive) -> None:
+        self.messages, self.receive = messages, receive
+
+    async def __call__(self) -> Message:
+        messages = self.messages
+        if messages:
+            return messages.pop(0)
+        return await self.receive()
 
 
 def _refusal_counter(metrics: GatewayMetrics | None) -> Callable[[str], None]:
