@@ -120,7 +120,10 @@ def follow_deployments(
                         replicas = sum(deployment.replica_states.values())
                         events.write("deployment ready", f"{key} ({replicas} replica(s))")
                 else:
-                    starting.append(f"{key} {deployment.status}")
+                    # Serve's status enums print as DeploymentStatus.X; their value is X.
+                    starting.append(
+                        f"{key} {getattr(deployment.status, 'value', deployment.status)}"
+                    )
             if app.status == "RUNNING":
                 running.add(app_name)
         if running == apps:

@@ -6,14 +6,15 @@
 #   bash loadtests/device/pd-gpu.sh up      # install, local up, gateway, checks, sweep started
 #   bash loadtests/device/pd-gpu.sh collect SECONDS   # wait for the sweep, stop, results to $OUT
 #
-# `up` installs the kit (scripts/gpu-wheel-kit.sh, KIT_HOPPER_DENSE=1) and this checkout (so
-# vLLM finds serve_app's plugins) into /tmp/site, runs `scripts/gpu-profile-run.sh up` with
+# `up` installs the kit (scripts/gpu-wheel-kit.sh, KIT_HOPPER_DENSE=1) into /tmp/site with an
+# entry-point record of serve_app's vLLM plugins, runs `scripts/gpu-profile-run.sh up` with
 # examples/serving/local-gpu-llama-8b.yaml, and starts loadtests/device/pd-sweep.sh in a session
 # of its own: it runs on between the two calls. `collect` moves the sweep's deadline to SECONDS
 # from now, waits for it, stops everything and packs /tmp/pd-run into $OUT/pd-run.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 PD_GPU_STATE=/tmp/pd-gpu
+# The kit, then this checkout (serve_app for the engines' plugins, Ray workers included).
+export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1 PD_GPU_STATE=/tmp/pd-gpu
 export PD_GPU_CONFIG=examples/serving/local-gpu-llama-8b.yaml
 run_dir=/tmp/pd-run
 mkdir -p "$run_dir"
@@ -26,13 +27,20 @@ case "${1:?usage: $0 up | collect SECONDS}" in
     cat /tmp/kit/kit.tar.* | tar -x -C /tmp || exit 1
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
       /tmp/kit/*.whl || exit 1
-    # This checkout too (no deps), for its vllm.general_plugins entry points.
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile \
-      --target /tmp/site . || exit 1
+    # This checkout's vllm.general_plugins entry points (serve_app/kv_transfer_log.py), as a
+    # distribution of their own: vLLM finds plugins through installed metadata only.
+    plugins=/tmp/site/pd_serve_plugins-0.1.0.dist-info
+    mkdir -p "$plugins"
+    printf 'Metadata-Version: 2.1\nName: pd-serve-plugins\nVersion: 0.1.0\n' >"$plugins/METADATA"
+    python3 -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))
+group = p["project"]["entry-points"]["vllm.general_plugins"]
+print("[vllm.general_plugins]"); [print(f"{k} = {v}") for k, v in group.items()]' \
+      >"$plugins/entry_points.txt" || exit 1
     say "installed; $(python3 -c 'import vllm, ray, nixl; print("vllm", vllm.__version__, "ray", ray.__version__)')"
     python3 -c 'from importlib.metadata import entry_points as e
 print("vllm plugins:", sorted(p.name for p in e(group="vllm.general_plugins")))'
-    scripts/gpu-profile-run.sh up "$run_dir" || exit 1
+    # On failure no sweep starts; `collect` then stops the stack and brings back the logs.
+    scripts/gpu-profile-run.sh up "$run_dir" || { touch "$run_dir/done"; exit 1; }
     echo $(($(date +%s) + 900)) >"$run_dir/deadline"
     setsid -f bash loadtests/device/pd-sweep.sh "$run_dir" "$run_dir/deadline" \
       >"$run_dir/sweep.log" 2>&1 </dev/null
@@ -42,7 +50,8 @@ print("vllm plugins:", sorted(p.name for p in e(group="vllm.general_plugins")))'
   collect)
     seconds=${2:?collect needs SECONDS}
     echo $((t0 + seconds - 25)) >"$run_dir/deadline"
-    while [ ! -f "$run_dir/done" ] && [ "$(($(date +%s) - t0))" -lt "$((seconds - 20))" ]; do
+    while [ ! -f "$run_dir/done" ] && [ "$(($(date +%s) - t0))" -lt "$((seconds - 20))" ] &&
+      kill -0 "$(cat "$run_dir/sweep.pid" 2>/dev/null || echo 0)" 2>/dev/null; do
       sleep 2
     done
     say "sweep $([ -f "$run_dir/done" ] && echo done || echo 'NOT done')"

@@ -18,6 +18,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=$(realpath -m "${1:?usage: $0 OUT_DIR DEADLINE_FILE}"); deadline_file=${2:?}
 mkdir -p "$out"
+echo $$ >"$out/sweep.pid"
 py=${PYTHON:-python3}
 state=${PD_GPU_STATE:-/tmp/pd-gpu}
 gw="http://127.0.0.1:${PD_GATEWAY_PORT:-8080}/v1"
