@@ -10,9 +10,10 @@
 # transfers decode logged meanwhile in OUT_DIR/NAME/kv_transfers.json. OUT_DIR/done at the end.
 #   c128  prompts of 128 tokens, concurrency 1, 8, 32: PD and colocated, each through the gateway
 #         and direct to its Ray ingress (the gateway's own added latency, same run)
-#   c2k, c8k  prompts of 2048 and 8192 tokens, concurrency 1, 8, 32, PD and colocated
-#   r2k   open loop (Poisson), 2048-token prompts, 2 to 32 requests/s, PD and colocated
-# Every item: 64 output tokens (ignore_eos), 2 warm-up requests per target, 10 s of sending per
+#   c2k, c8k  prompts of 2048 and 8000 tokens (max_model_len 8192), concurrency 1, 8, 32, PD and
+#         colocated
+#   r2k   open loop (Poisson), 2048-token prompts, 4 to 32 requests/s, PD and colocated
+# Every item: 64 output tokens (ignore_eos), 2 warm-up requests per target, 6 s of sending per
 # step, SLO TTFT <= 1000 ms and TPOT <= 50 ms for goodput. PD_GPU_DRY_RUN=1: arguments checked only.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,8 +31,8 @@ pd_direct="$(field base_urls pd)/v1"; co_direct="$(field base_urls colocated)/v1
 key="key_env=PD_LOADTEST_KEY"
 pd="name=pd,url=$gw,model=$model-pd,$key"
 co="name=colocated,url=$gw,model=$model-colocated,$key"
-common=(--tokenizer "$tokenizer" --output-tokens 64 --ignore-eos --warmup 2 --duration 10
-  --slo-ttft-ms 1000 --slo-tpot-ms 50 --timeout 180 --max-input-tokens 10000)
+common=(--tokenizer "$tokenizer" --output-tokens 64 --ignore-eos --warmup 2 --duration 6
+  --slo-ttft-ms 1000 --slo-tpot-ms 50 --timeout 180)
 
 item() {  # NAME SECONDS_ESTIMATE [pd-loadtest args]
   local name=$1 estimate=$2; shift 2
@@ -48,10 +49,10 @@ item() {  # NAME SECONDS_ESTIMATE [pd-loadtest args]
   "$py" loadtests/device/kv_transfers.py since "$logs" "$out/.mark" "$out/$name/kv_transfers.json"
 }
 
-item c128 170 --input-tokens 128 --concurrency 1,8,32 --target "$pd" \
+item c128 110 --input-tokens 128 --concurrency 1,8,32 --target "$pd" \
   --target "name=pd-direct,url=$pd_direct,model=$model" --target "$co" \
   --target "name=colocated-direct,url=$co_direct,model=$model"
-item c2k 90 --input-tokens 2048 --concurrency 1,8,32 --target "$pd" --target "$co"
-item c8k 110 --input-tokens 8192 --concurrency 1,8,32 --target "$pd" --target "$co"
-item r2k 170 --input-tokens 2048 --rate 2,4,8,16,32 --target "$pd" --target "$co"
+item c2k 60 --input-tokens 2048 --concurrency 1,8,32 --target "$pd" --target "$co"
+item c8k 75 --input-tokens 8000 --concurrency 1,8,32 --target "$pd" --target "$co"
+item r2k 90 --input-tokens 2048 --rate 4,8,16,32 --target "$pd" --target "$co"
 touch "$out/done"

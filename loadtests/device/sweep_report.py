@@ -19,7 +19,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-CLOSED = (("c128", "128"), ("c2k", "2048"), ("c8k", "8192"))
+CLOSED = (("c128", "128"), ("c2k", "2048"), ("c8k", "8000"))
 STYLE = {"pd": ("tab:blue", "-"), "colocated": ("tab:orange", "-"),
          "pd-direct": ("tab:blue", ":"), "colocated-direct": ("tab:orange", ":")}  # fmt: skip
 
