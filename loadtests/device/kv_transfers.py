@@ -57,8 +57,8 @@ def summarize(transfers: list[Transfer]) -> dict[str, Any]:
         "bytes": _quantiles([float(t.bytes) for t in transfers]),
         "xfer_ms": _quantiles([t.xfer_ms for t in transfers]),
         "post_ms": _quantiles([t.post_ms for t in transfers]),
-        "gb_per_s": (
-            sum(t.bytes for t in transfers) / sum(t.xfer_ms for t in transfers) / 1e6
+        "mb_per_s": (  # bytes per ms / 1e3 = MB per s
+            sum(t.bytes for t in transfers) / sum(t.xfer_ms for t in transfers) / 1e3
             if transfers and sum(t.xfer_ms for t in transfers) > 0
             else None
         ),

@@ -75,27 +75,35 @@ def gateway_overhead(data: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def kv_table(sweep: Path) -> list[str]:
+def _kv_row(label: str, each: list[list[float]]) -> str:
+    if not each:
+        return f"| {label} | 0 | - | - | - |"
+    ms = sorted(e[1] for e in each)
+    mib = sorted(e[0] / 2**20 for e in each)
+    rate = sum(e[0] for e in each) / sum(e[1] for e in each) / 1e3  # MB/s
+    return (
+        f"| {label} | {len(each)} | {mib[len(mib) // 2]:.0f} | "
+        f"{ms[len(ms) // 2]:.0f} / {ms[min(len(ms) - 1, int(0.9 * len(ms)))]:.0f} / "
+        f"{ms[0]:.0f} | {rate:.0f} |"
+    )
+
+
+def kv_table(sweep: Path, reports: dict[str, dict[str, Any]]) -> list[str]:
+    """Every transfer of an item, and its first ones: the PD target's warm-up and its
+    concurrency-1 step, which run before anything else and so transfer alone."""
     lines = [
-        "| item | transfers | MiB per transfer p50 | xfer ms p50 / p90 / max | post ms p50"
-        " | GB/s |",
-        "|---|---|---|---|---|---|",
+        "| item | transfers | MiB each (p50) | ms p50 / p90 / min | MB/s per transfer |",
+        "|---|---|---|---|---|",
     ]
-    for item in ("c128", "c2k", "c8k", "r2k"):
+    for item, prompt in (*CLOSED, ("r2k", "2048")):
         path = sweep / item / "kv_transfers.json"
         if not path.is_file():
             continue
-        kv = json.loads(path.read_text())
-        if not kv["transfers"]:
-            lines.append(f"| {item} | 0 | - | - | - | - |")
-            continue
-        x = kv["xfer_ms"]
-        rate = "-" if kv["gb_per_s"] is None else f"{kv['gb_per_s']:.1f}"
-        lines.append(
-            f"| {item} | {kv['transfers']} | {kv['bytes']['p50'] / 2**20:.1f} | "
-            f"{x['p50']:.2f} / {x['p90']:.2f} / {x['max']:.2f} | {kv['post_ms']['p50']:.3f} | "
-            f"{rate} |"
-        )
+        each = json.loads(path.read_text())["each"]
+        pd = next(t for t in reports[item]["targets"] if t["name"] == "pd")
+        alone = 2 + pd["steps"][0]["summary"]["ok"]  # warm-up + the first (lowest-load) step
+        lines.append(_kv_row(f"{prompt}-token prompts, alone", each[:alone]))
+        lines.append(_kv_row(f"{prompt}-token prompts, all loads", each))
     return [*lines, ""]
 
 
@@ -115,6 +123,8 @@ def plot_closed(reports: dict[str, dict[str, Any]], path: Path) -> None:
         for row, label in enumerate(("TTFT p50 (ms)", "TPOT p50 (ms)")):
             ax = axes[row][col]
             ax.set_xscale("log", base=2)
+            if row == 0:
+                ax.set_yscale("log")  # PD's TTFT spans three decades
             ax.tick_params(labelsize=7)
             ax.set_ylabel(label if col == 0 else "", fontsize=8)
             ax.set_xlabel("concurrency" if row == 1 else "", fontsize=8)
@@ -162,7 +172,7 @@ def main(sweep: Path, plots: Path) -> None:
         knees = [f"{t['name']} {t['knee']}" for t in reports["r2k"]["targets"]]
         out += [f"Knees: {', '.join(knees)}", ""]
         plot_rate(reports["r2k"], plots / "rate_sweep.png")
-    out += ["KV transfers (decode's log):", "", *kv_table(sweep)]
+    out += ["KV transfers (decode's log):", "", *kv_table(sweep, reports)]
     plot_closed(reports, plots / "pd_vs_colocated.png")
     print("\n".join(out))
 

@@ -63,4 +63,4 @@ def test_lines_are_read_back_from_the_logs_written_since_the_mark(tmp_path: Path
     summary = json.loads(out.read_text())
     assert summary["transfers"] == 2  # the line before the mark is not counted
     assert summary["xfer_ms"]["mean"] == pytest.approx(2.0)
-    assert summary["gb_per_s"] == pytest.approx((2048 + 4096) / 4.0 / 1e6)
+    assert summary["mb_per_s"] == pytest.approx((2048 + 4096) / 4.0 / 1e3)
