@@ -1,8 +1,11 @@
-"""The app factory: routes, error handlers and lifespan, composed in one place.
+"""The app factory: routes, middleware, error handlers and lifespan, composed in one place.
 
-    app = create_app(load_config("gateway.yaml"))
+    app = create_app(load_config("gateway.yaml"))                 # what `pd-gateway run` serves
+    app = create_app(config, upstream_factory=..., clock=clock)   # tests: the seams
 
-Nothing happens at import time; every piece of state hangs off the app built here.
+Nothing happens at import time; every piece of state hangs off the app built here, and every
+layer around the endpoints (request ids and the access log outermost, then the server's caps on
+requests served and bodies arriving, the server span, auth) is applied here, so a test that builds the app gets the one served.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from gateway.accounting.usage_api import usage_routes
 from gateway.admin.api import REQUEST_MODELS, admin_routes, own_key_routes
 from gateway.admin.routing import routing_admin_routes
 from gateway.auth.middleware import auth_middleware
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import GatewayConfig
 from gateway.console import console_routes
 from gateway.endpoints import Healthz, ListModels, Metrics, OpenAPI, Readyz, RetrieveModel
@@ -52,10 +56,13 @@ def create_app(
     *,
     upstream_factory: UpstreamFactory = Http1Upstream,
     config_path: Path | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> Starlette:
     """Build the gateway. ``upstream_factory`` makes the upstream client of each pool; with
-    ``config_path`` (the file ``config`` came from) SIGHUP and the admin API reload it."""
-    state = GatewayState.build(config, upstream_factory)
+    ``config_path`` (the file ``config`` came from) SIGHUP and the admin API reload it;
+    ``clock`` is what every part that measures time reads (the limiter, the key cache, the
+    canary judge, the breakers and retry budget, the ledger's timestamps)."""
+    state = GatewayState.build(config, upstream_factory, clock)
     access_log = AccessLog(sys.stderr.fileno()) if config.server.access_log else None
     reloader = None if config_path is None else ConfigReloader(state, config_path)
 
@@ -94,7 +101,9 @@ def create_app(
         proxies,
         routes=routes,
         middleware=[
-            Middleware(RequestIdMiddleware, metrics=state.metrics, access_log=access_log),
+            Middleware(
+                RequestIdMiddleware, metrics=state.metrics, access_log=access_log, clock=clock
+            ),
             # The server's caps: a refusal has its ids and access-log line, and costs no stage.
             Middleware(
                 InFlightLimit,
