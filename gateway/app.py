@@ -5,7 +5,8 @@
 
 Nothing happens at import time; every piece of state hangs off the app built here, and every
 layer around the endpoints (request ids and the access log outermost, then the server's caps on
-requests served and bodies arriving, the server span, auth) is applied here, so a test that builds the app gets the one served.
+requests served and bodies arriving, the server span, auth) is applied here, so a test that
+builds the app gets the one served.
 """
 
 from __future__ import annotations
