@@ -1,8 +1,9 @@
 import itertools
 
 import orjson
+import pytest
 
-from gateway.wire.meter import StreamMeter
+from gateway.wire.meter import MAX_EVENT_BYTES, OversizedEvent, StreamMeter
 
 
 def event(obj: object) -> bytes:
@@ -249,3 +250,63 @@ def test_a_single_event_with_usage_or_two_reasons_is_decoded_even_alone() -> Non
         cut.feed(e)
     delivered = cut.delivered(status=200, upstream_status=200, first_byte_at=0, error_code=None)
     assert delivered.output_text == "abc" and delivered.content_events == 3
+
+
+def test_crlf_framing_meters_as_lf_wherever_chunks_split() -> None:
+    crlf = STREAM.replace(b"\n", b"\r\n")
+    for cut in range(1, len(crlf)):
+        meter = StreamMeter(strip_usage=True)
+        forwarded = meter.feed(crlf[:cut]) + meter.feed(crlf[cut:]) + meter.flush()
+        assert forwarded == STREAM.replace(USAGE, b"")  # forwarded whole, framed by LF
+        assert meter.content_events == 2 and meter.finish_reasons == ["length"]
+        assert meter.usage is not None and meter.done
+
+
+def test_an_unended_event_past_the_bound_breaks_the_stream() -> None:
+    # An upstream that never ends its event (no blank line): the meter holds at most
+    # MAX_EVENT_BYTES of it, then raises, whatever the pieces' size.
+    for piece in (b"x" * 4096, b"data: " + b"x" * 1000 + b"\n"):
+        for strip in (False, True):
+            meter = StreamMeter(strip_usage=strip)
+            meter.feed(ROLE + TOKENS[0])
+            fed = 0
+            with pytest.raises(OversizedEvent) as caught:
+                while fed <= 2 * MAX_EVENT_BYTES:
+                    meter.feed(piece)
+                    fed += len(piece)
+            assert fed <= MAX_EVENT_BYTES < fed + len(piece)  # raised by the piece past it
+            assert caught.value.code == "upstream_event_too_large"
+            assert meter.flush() == b""  # nothing of the oversized event is forwarded
+            assert meter.content_events == 1
+
+
+def test_a_long_event_under_the_bound_is_metered_whole() -> None:
+    text = "y" * (MAX_EVENT_BYTES // 2)
+    long = event({"id": "c1", "choices": [{"index": 0, "delta": {"content": text}}]})
+    for strip in (False, True):
+        meter = StreamMeter(strip_usage=strip)
+        pieces = [long[i : i + 1000] for i in range(0, len(long), 1000)]
+        forwarded = b"".join(meter.feed(p) for p in [ROLE, *pieces]) + meter.flush()
+        assert forwarded == ROLE + long
+        assert meter.content_events == 1 and meter.output_parts == [text]
+
+
+def test_decoded_events_accept_crlf_and_the_bound() -> None:
+    crlf = STREAM.replace(b"\n", b"\r\n")
+    meter = StreamMeter()
+    cut = crlf.index(b"\r\n\r\n") + 1  # between the CR and the LF ending the first line
+    decoded = [*meter.feed_decoded(crlf[:cut]), *meter.feed_decoded(crlf[cut:])]
+    assert len(decoded) == 5 and meter.done and meter.usage is not None
+    with pytest.raises(OversizedEvent):
+        for _ in range(MAX_EVENT_BYTES // 4096 + 1):
+            meter.feed_decoded(b"y" * 4096)
+
+
+def test_an_event_a_read_with_crlf_framing_is_forwarded_as_lf_when_stripping() -> None:
+    """One event a read in CRLF framing, or ending CR LF LF, is not the single-delta path's: it
+    is framed like any other (forwarded with LF line ends when stripping)."""
+    for crlf in (vllm_delta("b").replace(b"\n", b"\r\n"), vllm_delta("b")[:-2] + b"\r\n\n"):
+        meter = StreamMeter(strip_usage=True)
+        forwarded = b"".join(meter.feed(e) for e in [ROLE, vllm_delta("a"), crlf])
+        assert forwarded == ROLE + vllm_delta("a") + vllm_delta("b")
+        assert "".join(meter.output_parts) == "ab"
