@@ -573,6 +573,15 @@ def paced_report(results: list[PacedResult]) -> str:
             f"{r.stream_ms:.0f} | {r.ttfb_p50_ms:.3f} | {added_text} | {cpu} | {ratio} | "
             f"{core} | {r.upstream_core:.0%} | {r.loadgen_core:.0%} |"
         )
+    lines.append("")
+    for r in results:
+        direct = by.get(("direct", r.concurrency))
+        if direct is not None and r.stream_ms > 1.1 * direct.stream_ms:
+            lines.append(
+                f"SLIPPED: {r.target} at {r.concurrency} streams took {r.stream_ms:.0f} ms a "
+                f"stream (direct {direct.stream_ms:.0f}): it fell behind the pace, so it read "
+                "several events a read and its CPU per stream is not the one-event-a-read figure"
+            )
     return "\n".join(lines)
 
 
