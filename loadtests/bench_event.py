@@ -8,12 +8,13 @@ times the parts of that path the gateway owns, on the fast simulator's vLLM-form
 - ``meter``: ``StreamMeter.feed`` per event, one event a chunk (the paced case) and the whole
   stream in one chunk (the unpaced fast path), with and without stripping the usage event;
 - ``client+relay``: the upstream client's connection fed the stream's HTTP chunked encoding
-  one event per event-loop turn (httptools parser, the response's queue and waiter, its
+  one event per turn of uvloop's event loop (httptools parser, the response's queue and waiter, its
   ``chunks()`` iterator), relayed by ``Relay`` to an ASGI ``send`` that does nothing; so it is
   the gateway's side of one event short of uvicorn's write path (the socket write, timed by
   the paced case of ``bench_overhead.py`` and its py-spy profile).
 
     .venv/bin/python loadtests/bench_event.py [--streams 2000]
+    PYTHONPATH=<another tree> .venv/bin/python loadtests/bench_event.py   # that tree's gateway
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import uvloop
 from fast_sim import MODEL, answers
 
 from gateway.asgi import Message
@@ -150,13 +152,16 @@ def main() -> None:
         label = "stripped" if strip else "kept"
         meter_one = min(time_meter(events, n, one_a_read=True, strip=strip) for _ in range(best))
         meter_all = min(time_meter(events, n, one_a_read=False, strip=strip) for _ in range(best))
-        turns = min(asyncio.run(time_turns(events, n)) for _ in range(best))
-        relay = min(asyncio.run(time_relay(events, n, strip=strip)) for _ in range(best))
+        turns = min(uvloop.run(time_turns(events, n)) for _ in range(best))
+        relay = min(uvloop.run(time_relay(events, n, strip=strip)) for _ in range(best))
         rows += [
             (f"meter, one event a read, usage {label}", meter_one),
             (f"meter, the stream in one read, usage {label}", meter_all),
             (f"client + relay + meter, one event a loop turn, usage {label}", relay - turns),
         ]
+    import gateway
+
+    print(f"gateway from {Path(gateway.__file__).parent}")
     print(f"{len(events)} events a stream, {n} streams, best of {best}, CPU time; the loop's")
     print(f"own turns ({turns:.2f} us/event) taken off the client + relay row")
     print("| path | us/event |\n|---|---|")

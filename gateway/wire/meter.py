@@ -34,7 +34,9 @@ A chunk that is one whole token delta (what a stream paced like an engine's reac
 as: one event a read) is checked and kept by :func:`_one_plain_delta` before any of the framing
 above: a few scans of the chunk, no slicing, no run bookkeeping. Same rule, same result; a
 chunk it does not take (CRLF framing, a piece of an event held, anything else) goes the
-general way.
+general way. Searches on the hot path use ``bytes.find``, not ``in``: CPython's ``bytes``
+``__contains__`` first tries its operand as an integer and clears the TypeError that raises,
+which made ``in`` 2-3x slower than ``find`` on a 200-byte event here.
 """
 
 from __future__ import annotations
@@ -170,7 +172,7 @@ class StreamMeter:
     def _single_line(self, event: bytes) -> Any:
         """The JSON value of a one-line ``data: {`` event straight from ``orjson`` (None if it
         is not JSON); any other event through :meth:`_message_of`."""
-        if event[:7] == b"data: {" and b"\n" not in event:
+        if event[:7] == b"data: {" and event.find(b"\n") < 0:
             try:
                 return orjson.loads(event[6:])
             except orjson.JSONDecodeError:
@@ -252,7 +254,7 @@ class StreamMeter:
         them; else None, and ``chunk`` is held (see :meth:`_hold`). The hot path, nothing held
         and LF framing, returns the chunk itself."""
         if not self._held:
-            return chunk.replace(b"\r\n", b"\n") if b"\r" in chunk else chunk
+            return chunk.replace(b"\r\n", b"\n") if chunk.find(b"\r") >= 0 else chunk
         # After normalising, an event ends at "\n\n", which was "\n\n" or "\n\r\n" here.
         edge = self._edge + chunk[:2]
         if not any(end in edge or end in chunk for end in (b"\n\n", b"\n\r\n")):
@@ -260,7 +262,7 @@ class StreamMeter:
             return None
         data = b"".join((*self._held, chunk))
         self._held, self._held_bytes, self._edge = [], 0, b""
-        return data.replace(b"\r\n", b"\n") if b"\r" in data else data
+        return data.replace(b"\r\n", b"\n") if data.find(b"\r") >= 0 else data
 
     def _hold(self, piece: bytes) -> None:
         """Keep a piece of an unended event; past ``MAX_EVENT_BYTES`` the stream is broken."""
@@ -319,7 +321,7 @@ class StreamMeter:
 
     def _message_of(self, event: bytes) -> dict[str, Any] | None:
         """The JSON object an event carries; None for ``[DONE]`` (noted), comments, non-objects."""
-        if event.startswith(b"data: ") and b"\n" not in event:
+        if event.startswith(b"data: ") and event.find(b"\n") < 0:
             payload: bytes | None = event[6:].strip()
         else:
             payload = _data_of(event)
@@ -433,7 +435,7 @@ def _one_plain_delta(chunk: bytes) -> bool:
         and chunk.find(b"\n") == len(chunk) - 2
         and chunk[-3] != 13  # not CR LF LF: LF framing only (CRLF is normalised the long way)
         and chunk.startswith(b"data: {")
-        and _USAGE not in chunk
+        and chunk.find(_USAGE) < 0
     )
 
 
@@ -462,7 +464,7 @@ def _next_mark(data: bytes, start: int, end: int) -> int:
 
 def _data_of(event: bytes) -> bytes | None:
     """The ``data:`` payload of one SSE event (joined if on several lines), else None."""
-    if event.startswith(b"data: ") and b"\n" not in event:
+    if event.startswith(b"data: ") and event.find(b"\n") < 0:
         return event[6:].strip()
     lines = [line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:")]
     return b"\n".join(lines).strip() if lines else None
