@@ -88,11 +88,16 @@ def _request_bytes(head: bytes, headers: Headers, body: bytes) -> bytes:
     for name, value in headers:
         # The parser that read them would have refused CR or LF, but a value may come from
         # config or a header the gateway built: never let one end the header block.
-        if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name:
+        if _breaks_line(value) or _breaks_line(name):
             raise UpstreamError("A header for the upstream contained a line break.")
         parts += [name, b": ", value, b"\r\n"]
     parts += [b"\r\n", body]
     return b"".join(parts)
+
+
+def _breaks_line(text: bytes) -> bool:
+    # find, not ``in``: bytes' ``in`` first tries its operand as an int (a TypeError, cleared).
+    return text.find(b"\r") >= 0 or text.find(b"\n") >= 0
 
 
 class _Connection(asyncio.Protocol):

@@ -29,6 +29,14 @@ the relay ends the stream with, as it does any upstream failure (the chunk that 
 is neither forwarded nor metered). The pieces of an unended event
 are held as they came and joined once its end arrives, so a long event is not copied again for
 each piece.
+
+A chunk that is one whole token delta (what a stream paced like an engine's reaches the gateway
+as: one event a read) is checked and kept by :func:`_one_plain_delta` before any of the framing
+above: a few scans of the chunk, no slicing, no run bookkeeping. Same rule, same result; a
+chunk it does not take (CRLF framing, a piece of an event held, anything else) goes the
+general way. Searches on the hot path use ``bytes.find``, not ``in``: CPython's ``bytes``
+``__contains__`` first tries its operand as an integer and clears the TypeError that raises,
+which made ``in`` 2-3x slower than ``find`` on a 200-byte event here.
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ _DONE = b"[DONE]"
 _PLAIN_DELTA = b'"finish_reason":null'
 _FINISHED = b'"finish_reason":"'
 _USAGE = b'"usage"'
+_REASON = b'"finish_reason":'
 
 MAX_EVENT_BYTES = 1 << 20
 """The most bytes of one event held before its end (as loadtests/pdload/sse.py bounds it)."""
@@ -125,6 +134,8 @@ class StreamMeter:
         a chunk; after the first token, a run of token deltas is kept undecoded at once (module
         docstring), any other single-line event goes straight to ``orjson``, the rest through
         :meth:`_message_of`."""
+        if self._kept_alone(chunk):  # the paced stream's hot path (module docstring)
+            return chunk
         strip = self._strip_usage
         data = self._joined(chunk)
         end = -1 if data is None else data.rfind(b"\n\n") + 2  # the end of the last event
@@ -134,7 +145,7 @@ class StreamMeter:
             return b"" if strip else chunk
         self._hold(data[end:])
         usage_only: list[tuple[int, int]] = []  # where the usage-only events are (the gateway's)
-        meter, loads = self._meter_message, orjson.loads
+        meter = self._meter_message
         produced_before = self._content_events + self._deferred_events
         pos, mark, runs = 0, -1, True
         while pos < end:
@@ -150,20 +161,34 @@ class StreamMeter:
                     pos = run_end
             start, stop = pos, data.find(b"\n\n", pos)
             event, pos = data[start:stop], stop + 2
-            message: Any
-            if event[:7] == b"data: {" and b"\n" not in event:
-                try:
-                    message = loads(event[6:])
-                except orjson.JSONDecodeError:
-                    message = None
-            else:
-                message = self._message_of(event)
+            message = self._single_line(event)
             if type(message) is dict and meter(message):
                 usage_only.append((start, pos))
         if self._content_events + self._deferred_events != produced_before:
             self._tokens_arrived()
         # Only whole events are forwarded in stripping mode; the tail waits for its end.
         return _without(data, end, usage_only) if strip else chunk
+
+    def _single_line(self, event: bytes) -> Any:
+        """The JSON value of a one-line ``data: {`` event straight from ``orjson`` (None if it
+        is not JSON); any other event through :meth:`_message_of`."""
+        if event[:7] == b"data: {" and event.find(b"\n") < 0:
+            try:
+                return orjson.loads(event[6:])
+            except orjson.JSONDecodeError:
+                return None
+        return self._message_of(event)
+
+    def _kept_alone(self, chunk: bytes) -> bool:
+        """After the first token, with nothing held: keep ``chunk`` undecoded if it is one
+        whole plain token delta (:func:`_one_plain_delta`); its time is the last token's."""
+        if not self._content_events or self._held or not _one_plain_delta(chunk):
+            return False
+        self._deferred.append(chunk)
+        self._deferred_events += 1
+        self.events += 1
+        self.last_token_at = self._clock()  # the first token's time was noted already
+        return True
 
     def _keep_run(self, data: bytes, start: int, mark: int, end: int) -> int:
         """Keep the events from ``start`` on undecoded, up to the one holding ``mark`` (a finish
@@ -229,7 +254,7 @@ class StreamMeter:
         them; else None, and ``chunk`` is held (see :meth:`_hold`). The hot path, nothing held
         and LF framing, returns the chunk itself."""
         if not self._held:
-            return chunk.replace(b"\r\n", b"\n") if b"\r" in chunk else chunk
+            return chunk.replace(b"\r\n", b"\n") if chunk.find(b"\r") >= 0 else chunk
         # After normalising, an event ends at "\n\n", which was "\n\n" or "\n\r\n" here.
         edge = self._edge + chunk[:2]
         if not any(end in edge or end in chunk for end in (b"\n\n", b"\n\r\n")):
@@ -237,7 +262,7 @@ class StreamMeter:
             return None
         data = b"".join((*self._held, chunk))
         self._held, self._held_bytes, self._edge = [], 0, b""
-        return data.replace(b"\r\n", b"\n") if b"\r" in data else data
+        return data.replace(b"\r\n", b"\n") if data.find(b"\r") >= 0 else data
 
     def _hold(self, piece: bytes) -> None:
         """Keep a piece of an unended event; past ``MAX_EVENT_BYTES`` the stream is broken."""
@@ -296,7 +321,7 @@ class StreamMeter:
 
     def _message_of(self, event: bytes) -> dict[str, Any] | None:
         """The JSON object an event carries; None for ``[DONE]`` (noted), comments, non-objects."""
-        if event.startswith(b"data: ") and b"\n" not in event:
+        if event.startswith(b"data: ") and event.find(b"\n") < 0:
             payload: bytes | None = event[6:].strip()
         else:
             payload = _data_of(event)
@@ -397,6 +422,23 @@ class StreamMeter:
             self._content_events += 1
 
 
+def _one_plain_delta(chunk: bytes) -> bool:
+    """``chunk`` is one whole event, one ``data: {`` line whose only finish reason is null and
+    which has no usage block: the rule :meth:`StreamMeter._keep_run` checks by counts, for one
+    event. The first scan stops at the finish reason, the second starts there."""
+    reason = chunk.find(_REASON)
+    return (
+        reason > 0
+        and chunk.startswith(b"null", reason + 16)
+        and chunk.find(_REASON, reason + 20) < 0
+        and chunk.endswith(b"\n\n")
+        and chunk.find(b"\n") == len(chunk) - 2
+        and chunk[-3] != 13  # not CR LF LF: LF framing only (CRLF is normalised the long way)
+        and chunk.startswith(b"data: {")
+        and chunk.find(_USAGE) < 0
+    )
+
+
 def _without(data: bytes, end: int, spans: list[tuple[int, int]]) -> bytes:
     """``data`` up to ``end`` less the events at ``spans``."""
     if not spans:
@@ -422,7 +464,7 @@ def _next_mark(data: bytes, start: int, end: int) -> int:
 
 def _data_of(event: bytes) -> bytes | None:
     """The ``data:`` payload of one SSE event (joined if on several lines), else None."""
-    if event.startswith(b"data: ") and b"\n" not in event:
+    if event.startswith(b"data: ") and event.find(b"\n") < 0:
         return event[6:].strip()
     lines = [line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:")]
     return b"\n".join(lines).strip() if lines else None

@@ -204,6 +204,54 @@ def test_a_run_holding_anything_but_plain_deltas_is_decoded_event_by_event() -> 
     assert meter.content_events == 3 and "".join(meter.output_parts) == "abc"
 
 
+def test_an_event_a_read_meters_as_the_whole_stream_in_one_read() -> None:
+    """A paced stream (one event a read) takes the single-delta path: the same forwarded bytes,
+    counts, text, times and usage as the stream read at once."""
+    events = [*LONG, USAGE, b"data: [DONE]\n\n"]
+    ticks = itertools.count(1.0)
+    paced = StreamMeter(strip_usage=True, clock=lambda: next(ticks))
+    forwarded = b"".join(paced.feed(e) for e in events) + paced.flush()
+    whole = StreamMeter(strip_usage=True)
+    assert forwarded == whole.feed(b"".join(events)) + whole.flush()
+    assert paced._deferred == LONG[2:-1]  # each delta after the first token, undecoded
+    assert (paced.first_token_at, paced.last_token_at) == (1.0, 20.0)
+    delivered = paced.delivered(status=200, upstream_status=200, first_byte_at=0, error_code=None)
+    assert delivered.content_events == 20 and delivered.finish_reasons == ("length",)
+    assert paced.usage == whole.usage and paced.done
+    assert "".join(paced.output_parts) == "".join(whole.output_parts) == "".join(WORDS)
+
+
+def test_a_single_event_with_usage_or_two_reasons_is_decoded_even_alone() -> None:
+    """Continuous usage stats (a usage block in every delta) and a second choice finishing are
+    never kept undecoded, one event a read included; a cut stream bills every delivered word."""
+    with_usage = event(
+        {
+            "id": "c1",
+            "choices": [{"index": 0, "delta": {"content": "u"}, "finish_reason": None}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+        }
+    )
+    both = event(
+        {
+            "id": "c1",
+            "choices": [
+                {"index": 0, "delta": {"content": "x"}, "finish_reason": None},
+                {"index": 1, "delta": {}, "finish_reason": "stop"},
+            ],
+        }
+    )
+    meter = StreamMeter()
+    for e in [ROLE, vllm_delta("a"), with_usage, both, vllm_delta("b")]:
+        meter.feed(e)
+    assert meter._deferred == [vllm_delta("b")]
+    assert meter.usage is not None and meter.finish_reasons == ["stop"]
+    cut = StreamMeter()
+    for e in [ROLE, vllm_delta("a"), vllm_delta("b"), vllm_delta("c")]:
+        cut.feed(e)
+    delivered = cut.delivered(status=200, upstream_status=200, first_byte_at=0, error_code=None)
+    assert delivered.output_text == "abc" and delivered.content_events == 3
+
+
 def test_crlf_framing_meters_as_lf_wherever_chunks_split() -> None:
     crlf = STREAM.replace(b"\n", b"\r\n")
     for cut in range(1, len(crlf)):
@@ -252,3 +300,13 @@ def test_decoded_events_accept_crlf_and_the_bound() -> None:
     with pytest.raises(OversizedEvent):
         for _ in range(MAX_EVENT_BYTES // 4096 + 1):
             meter.feed_decoded(b"y" * 4096)
+
+
+def test_an_event_a_read_with_crlf_framing_is_forwarded_as_lf_when_stripping() -> None:
+    """One event a read in CRLF framing, or ending CR LF LF, is not the single-delta path's: it
+    is framed like any other (forwarded with LF line ends when stripping)."""
+    for crlf in (vllm_delta("b").replace(b"\n", b"\r\n"), vllm_delta("b")[:-2] + b"\r\n\n"):
+        meter = StreamMeter(strip_usage=True)
+        forwarded = b"".join(meter.feed(e) for e in [ROLE, vllm_delta("a"), crlf])
+        assert forwarded == ROLE + vllm_delta("a") + vllm_delta("b")
+        assert "".join(meter.output_parts) == "ab"
