@@ -79,7 +79,7 @@ async def per_call(
 
 def accounting_for(limits: LimitsConfig) -> Accounting:
     metrics = GatewayMetrics()
-    return Accounting(AccountingConfig(), RateLimiter.build(limits, metrics), metrics)
+    return Accounting(AccountingConfig(), RateLimiter.build(limits, metrics))
 
 
 async def one_request_path(
