@@ -26,7 +26,7 @@ from gateway.limits.config import LimitsConfig
 from gateway.routing.config import ModelConfig, PoolConfig, RetryConfig, model_pool_errors
 from gateway.storage.config import StorageConfig
 from gateway.telemetry.config import TracingConfig
-from gateway.tokens.counting import TokenizerConfig
+from gateway.tokens.config import TokenizerConfig
 from gateway.upstream.config import Timeouts
 
 __all__ = [

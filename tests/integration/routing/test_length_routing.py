@@ -8,7 +8,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from gateway.tokens.counting import TokenizerConfig, build_token_counter
+from gateway.tokens import TokenizerConfig, build_token_counter
 from gateway.wire.request import Operation
 from tests.gatewayproc import GatewayProcess, start_gateway
 from tests.integration.routing.conftest import (
