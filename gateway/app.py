@@ -114,7 +114,8 @@ def create_app(
                 max_body_bytes=config.server.max_body_bytes,
                 metrics=state.metrics,
             ),
-            # Only when traces are exported: the no-op tracer's span still cost ~20 us a request.
+            # Only when traces are exported: even the no-op tracer's span costs (README,
+            # Performance).
             *(
                 [
                     Middleware(
@@ -143,12 +144,12 @@ def create_app(
 class GatewayApp(Starlette):
     """Starlette, with the proxy endpoints reached in one step.
 
-    A ``POST`` to a proxy path goes through the gateway's own middleware (request ids and the
-    access log, the server span, auth) straight to its :class:`ProxyEndpoint`, skipping
-    Starlette's outer error layer, its exception layer and the router's regex scan of every
-    route: about 8 us of CPU per request in a micro-benchmark, and a send wrapper each per
-    streamed event (README, Performance). None of them can act on these paths, whose endpoint
-    answers its own errors and whose unexpected exceptions RequestIdMiddleware answers.
+    A ``POST`` to a proxy path goes through the gateway's own middleware (request ids and the access
+    log, the server span, auth) straight to its :class:`ProxyEndpoint`, skipping Starlette's outer
+    error layer, its exception layer and the router's regex scan of every route, and a send wrapper
+    each per streamed event (the cost measured: README, Performance). None of them can act on these
+    paths, whose endpoint answers its own errors and whose unexpected exceptions RequestIdMiddleware
+    answers.
     Everything else (other paths, other methods, the lifespan) takes Starlette's full stack,
     so 404, 405 and the admin API are unchanged.
     """

@@ -21,11 +21,12 @@ from pydantic import Field, model_validator
 from configkit import ConfigError, StrictModel, format_validation_error, parse_model, read_yaml
 from gateway.accounting.config import AccountingConfig
 from gateway.auth.config import AuthConfig
+from gateway.extras import MissingExtra, require
 from gateway.limits.config import LimitsConfig
 from gateway.routing.config import ModelConfig, PoolConfig, RetryConfig, model_pool_errors
 from gateway.storage.config import StorageConfig
 from gateway.telemetry.config import TracingConfig
-from gateway.tokens.counting import TokenizerConfig
+from gateway.tokens.config import TokenizerConfig
 from gateway.upstream.config import Timeouts
 
 __all__ = [
@@ -148,6 +149,23 @@ def workers_problem(config: GatewayConfig, workers: int) -> str | None:
             f"server.workers: {workers} workers would each count rate limits alone; "
             "use limits.backend: redis (shared counters) or one worker"
         )
+    return None
+
+
+def extras_problem(config: GatewayConfig) -> str | None:
+    """What ``config`` needs that is not installed, with the command that installs it."""
+    needs = []
+    if config.storage.backend == "postgresql":
+        needs.append(("postgres", "storage.url: postgresql"))
+    if config.limits.enabled and config.limits.backend == "redis":
+        needs.append(("redis", "limits.backend: redis"))
+    if config.tracing.enabled and config.tracing.protocol == "grpc":
+        needs.append(("otlp-grpc", "tracing.protocol: grpc"))
+    for extra, why in needs:
+        try:
+            require(extra, why)
+        except MissingExtra as err:
+            return str(err)
     return None
 
 

@@ -18,13 +18,13 @@ from gateway.accounting.stage import Accounting
 from gateway.auth.service import AuthService, build_auth
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import GatewayConfig
+from gateway.extras import require
 from gateway.limits.admission import RateLimiter
 from gateway.metrics import GatewayMetrics
 from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.pools import Pool, ProbeFn, check_forever, check_once
 from gateway.routing.router import ModelRouter
 from gateway.routing.shared import Canaries, LocalCanaries
-from gateway.routing.shared_redis import RedisCanaries
 from gateway.runtime.migrations import all_migrations
 from gateway.runtime.table import RoutingTable, UpstreamFactory, build_table
 from gateway.storage import Database
@@ -68,7 +68,7 @@ class GatewayState:
             config, upstream_factory, routing_metrics, shared_canary=canaries.shared, clock=clock
         )
         limiter = RateLimiter.build(config.limits, metrics, clock)
-        accounting = Accounting(config.accounting, limiter, metrics)
+        accounting = Accounting(config.accounting, limiter)
         database = Database.open(config.storage)
         return cls(
             config,
@@ -131,6 +131,9 @@ def build_canaries(
     limits = config.limits
     if limits.enabled and limits.backend == "redis":
         assert limits.redis_url is not None  # the config validator requires it
+        require("redis", "limits.backend: redis")
+        from gateway.routing.shared_redis import RedisCanaries  # only with the redis extra
+
         return RedisCanaries(
             limits.redis_url,
             prefix=limits.key_prefix + ":canary",

@@ -3,9 +3,9 @@
 The gateway sends one kind of request to upstreams it is configured with: a ``POST`` of a body it
 already holds, to a replica URL, with a handful of headers it built itself; and a ``GET`` for
 health probes. aiohttp's general client (cookies, redirects, proxies, auth, payload types, trace
-signals, a request and a response object of several dozen fields) cost about 110 us of CPU per
-request here, a third of the bare gateway's whole budget (README, Performance); this client does
-the same exchange in a fraction of that. What it keeps of an HTTP client:
+signals, a request and a response object of several dozen fields) cost a third of the bare
+gateway's CPU per request; this client does the same exchange in a fraction of that (the
+figures: README, Performance). What it keeps of an HTTP client:
 
 - the response is parsed by httptools (llhttp, the parser uvicorn serves with): status, headers,
   content-length, chunked transfer coding, keep-alive, all by the parser;

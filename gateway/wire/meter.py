@@ -353,11 +353,6 @@ class StreamMeter:
             if isinstance(choice, dict) and choice.get("finish_reason"):
                 self.finish_reasons.append(choice["finish_reason"])
 
-    def _meter_event(self, event: bytes) -> bool:
-        """Record one event; True if it is a usage-only event."""
-        message = self._message_of(event)
-        return message is not None and self._meter_message(message)
-
     def _meter_message(self, message: dict[str, Any]) -> bool:
         """Record one decoded event; True if it is a usage-only event."""
         self.events += 1

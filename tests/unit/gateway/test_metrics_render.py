@@ -14,10 +14,10 @@ def labels_of(text: bytes) -> set[str]:
 
 def test_the_public_view_has_no_tenant_label() -> None:
     metrics = GatewayMetrics()
-    metrics.tokens_by("acme-corp", "m", "output").inc(5)
-    metrics.tenant_requests_by("acme-corp", "2xx").inc()
+    metrics.tokens.labels("acme-corp", "m", "output").inc(5)
+    metrics.tenant_requests.labels("acme-corp", "2xx").inc()
     metrics.rate_limit_refusals.labels("acme-corp", "requests_per_minute").inc()
-    metrics.requests_by("m", "pd", "", "200").inc()
+    metrics.requests.labels("m", "pd", "", "200").inc()
     whole, public = metrics.render(), metrics.render(tenants=False)
     assert b"acme-corp" in whole and "tenant" in labels_of(whole)
     assert b"acme-corp" not in public and "tenant" not in labels_of(public)

@@ -9,7 +9,7 @@ import pytest
 
 from gateway.errors import InvalidParameter
 from gateway.responses.request import parse_responses, to_chat
-from gateway.tokens.counting import TokenCounter, TokenizerConfig
+from gateway.tokens import TokenCounter, TokenizerConfig
 from gateway.wire.request import Operation
 
 
