@@ -91,9 +91,15 @@ def start_gateway(
 ) -> Iterator[GatewayProcess]:
     """Run ``pd-gateway run`` on a loopback port until the block ends: port 0 (the server binds
     a free one and says which in its log) for one worker; several workers are bound by uvicorn's
-    supervisor, whose log names the configured port, so they get a probed free port."""
-    workers = config.get("server", {}).get("workers", 1)
-    port = 0 if workers == 1 else free_port()
+    supervisor, whose log names the configured port, and a log quieter than info never says it,
+    so those get a probed free port."""
+    server = config.get("server", {})
+    # Port 0 needs uvicorn's "running on" line, logged at info: a quieter log gets a probed port.
+    says_port = server.get("workers", 1) == 1 and server.get("log_level", "info") in (
+        "info",
+        "debug",
+    )
+    port = 0 if says_port else free_port()
     config = {**config, "server": {**config.get("server", {}), "host": "127.0.0.1", "port": port}}
     # The store in the test's folder, and no keys asked unless the test is about them.
     config.setdefault("storage", {"url": f"sqlite:///{tmp_path}/gateway.db"})

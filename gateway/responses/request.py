@@ -233,7 +233,10 @@ def add_item(messages: list[Json], item: object, param: str) -> None:
 
 
 def to_message(item: Mapping[str, Any], param: str) -> Json:
-    role = _ROLES.get(item.get("role"))  # type: ignore[arg-type]
+    given = item.get("role")
+    # A client's role or part type may be any JSON value: only a string is looked up (a list or
+    # an object is unhashable and would fail the lookup itself).
+    role = _ROLES.get(given) if isinstance(given, str) else None
     if role is None:
         raise _bad("A message's `role` must be user, system, developer or assistant.", param)
     content = item.get("content")
@@ -254,7 +257,7 @@ def to_part(part: object, param: str) -> Json:
     if not isinstance(part, dict):
         raise _bad("A content part must be an object.", param)
     kind = part.get("type")
-    if kind in _TEXT_PARTS:
+    if isinstance(kind, str) and kind in _TEXT_PARTS:
         text = part.get("refusal") if kind == "refusal" else part.get("text")
         if not isinstance(text, str):
             raise _bad("A text part needs its `text`.", param)

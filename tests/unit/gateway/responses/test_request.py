@@ -175,3 +175,19 @@ def test_the_prompt_is_counted_from_the_translated_messages() -> None:
 def test_an_integral_float_is_an_integer_as_json_schema_says() -> None:
     # The OpenAPI document says integer; JSON Schema counts 652603.0 as one (schemathesis found it).
     assert chat(max_output_tokens=652603.0)["max_tokens"] == 652603
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        # Found by schemathesis: a part type or a role that is a JSON object or array was looked
+        # up in a set or dict, which raised TypeError (a 500) instead of a 400.
+        {"type": "function_call_output", "call_id": "c", "output": [{"type": {}, "text": "x"}]},
+        {"type": "message", "role": "user", "content": [{"type": ["input_text"], "text": "x"}]},
+        {"type": "message", "role": {"r": 1}, "content": "x"},
+        {"type": "message", "role": [], "content": "x"},
+    ],
+)
+def test_a_type_or_role_of_any_json_value_is_a_400(item: dict[str, Any]) -> None:
+    with pytest.raises(InvalidParameter):
+        chat(input=[item])
