@@ -100,6 +100,8 @@ class Recorder:
             prompt_tokens=admitted.prompt.counted,
         )
         self.state.accounting.settle(admitted.reservation, outcome)
+        if admitted.turn is not None:  # a stored response cut before its end, kept as it got
+            admitted.turn.settle(ending)
         observe(self.state.metrics, outcome)
         if exchanged is not None:
             if exchanged.plan is not None:

@@ -69,6 +69,9 @@ class Gateway:
     db_path: Path
     outcomes: list[Outcome] = field(default_factory=list)
 
+    async def get(self, path: str, method: str = "GET") -> Reply:
+        return await self.call(path, b"", method=method)
+
     async def call(
         self,
         path: str,
@@ -76,6 +79,7 @@ class Gateway:
         *,
         headers: tuple[tuple[bytes, bytes], ...] = (),
         leave_after: int | None = None,
+        method: str = "POST",
     ) -> Reply:
         messages: list[dict[str, Any]] = []
         gone = asyncio.Event()
@@ -99,7 +103,7 @@ class Gateway:
             if leave_after is not None and bodies >= leave_after:
                 gone.set()
 
-        scope = _scope(path, headers)
+        scope = _scope(path, headers, method)
         await self.app(scope, receive, send)
         outcome = outcome_slot(scope).value
         if outcome is not None:
@@ -120,16 +124,19 @@ class Gateway:
             return db.execute("SELECT * FROM usage_ledger").fetchall()
 
 
-def _scope(path: str, headers: tuple[tuple[bytes, bytes], ...]) -> dict[str, Any]:
+def _scope(
+    path: str, headers: tuple[tuple[bytes, bytes], ...], method: str = "POST"
+) -> dict[str, Any]:
+    path, _, query = path.partition("?")
     return {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
-        "method": "POST",
+        "method": method,
         "scheme": "http",
         "path": path,
         "raw_path": path.encode(),
-        "query_string": b"",
+        "query_string": query.encode(),
         "root_path": "",
         "headers": [(b"content-type", b"application/json"), *headers],
         "client": ("127.0.0.1", 40000),
