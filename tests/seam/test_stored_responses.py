@@ -35,14 +35,6 @@ def body(script: str = "whole", **extra: Any) -> bytes:
     return orjson.dumps({"model": "m", "input": "hello there", "script": script, **extra})
 
 
-class Clock:
-    def __init__(self, now: float = 1_800_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def stored_rows(path: Path) -> list[sqlite3.Row]:
     with sqlite3.connect(path) as db:
         db.row_factory = sqlite3.Row
@@ -200,19 +192,16 @@ async def test_a_cut_stream_is_stored_with_its_status(tmp_path: Path) -> None:
 
 
 async def test_expired_responses_are_gone_and_swept(tmp_path: Path) -> None:
-    clock = Clock()
     config = {"responses": {"ttl_seconds": 3600, "expiry_interval": 3600}}
     async with running_gateway(tmp_path, SCRIPTS, **config) as gw:
-        service = _state(gw).responses
-        service.clock = clock
         made = await create(gw, body())
-        clock.now += 3599
+        gw.clock.advance(3599)  # the app's injected clock
         assert (await gw.get(f"{RESPONSES}/{made['id']}")).status == 200
-        clock.now += 2
+        gw.clock.advance(2)
         assert (await gw.get(f"{RESPONSES}/{made['id']}")).status == 404
         assert (await gw.call(RESPONSES, body(previous_response_id=made["id"]))).status == 404
         assert len(stored_rows(gw.db_path)) == 1  # unreadable, not yet swept
-        assert await service.sweep() == 1
+        assert await _state(gw).responses.sweep() == 1
         assert stored_rows(gw.db_path) == []
 
 
