@@ -42,6 +42,7 @@ from gateway.proxy.handler import ProxyEndpoint
 from gateway.runtime.reload import ConfigReloader, reload_on_sighup
 from gateway.runtime.state import GatewayState, UpstreamFactory
 from gateway.server.overload import InFlightLimit
+from gateway.stored.api import responses_routes
 from gateway.telemetry.server import ServerSpanMiddleware
 from gateway.upstream.http1 import Http1Upstream
 from gateway.wire.request import Operation
@@ -94,6 +95,7 @@ def create_app(
         *routing_admin_routes(state, reloader),
         # Before the /admin mount, which would otherwise answer /admin/usage with a 404.
         *usage_routes(SqlLedgerStore(state.database), admin=state.auth is not None),
+        *responses_routes(state.responses, admin=state.auth is not None),
         *admin_routes(state.auth),
         *own_key_routes(state.auth),
         *console_routes(enabled=config.console.enabled),

@@ -25,6 +25,7 @@ from gateway.extras import MissingExtra, require
 from gateway.limits.config import LimitsConfig
 from gateway.routing.config import ModelConfig, PoolConfig, RetryConfig, model_pool_errors
 from gateway.storage.config import StorageConfig
+from gateway.stored.config import ResponsesConfig
 from gateway.telemetry.config import TracingConfig
 from gateway.tokens.config import TokenizerConfig
 from gateway.upstream.config import Timeouts
@@ -115,6 +116,8 @@ class GatewayConfig(StrictModel):
     auth: AuthConfig = AuthConfig()
     """API keys, the cache bound, the admin API (gateway/auth/config.py)."""
     console: ConsoleConfig = ConsoleConfig()
+    responses: ResponsesConfig = ResponsesConfig()
+    """Stored Responses API answers: retention and bounds (gateway/stored/config.py)."""
 
     @model_validator(mode="after")
     def _limits_exact_across_workers(self) -> GatewayConfig:

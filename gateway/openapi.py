@@ -116,9 +116,13 @@ _RESPONSES_DESCRIPTION = (
     "Translated to /v1/chat/completions upstream (a pool configured with `responses: native` "
     "gets the body unchanged). With `stream: true` the answer is the Responses event stream "
     "(response.created ... response.completed, or response.failed after an `error` event when "
-    "the upstream fails mid-stream), each event with an increasing `sequence_number`. The "
-    "gateway keeps no responses: `store: true`, `previous_response_id` and `conversation` are "
-    "refused with a 400, as are built-in tools (only tools of type `function` are served)."
+    "the upstream fails mid-stream), each event with an increasing `sequence_number`. With "
+    "`store` true or omitted the gateway keeps the response for its key's tenant "
+    "(`responses.ttl_seconds`, 30 days by default); `previous_response_id` continues a stored "
+    "one (404 when absent, expired or another tenant's), counted and billed as the whole "
+    "conversation. `conversation`, `item_reference` and built-in tools are refused with a 400 "
+    "(only tools of type `function` are served), as is a conversation larger than "
+    "`responses.max_bytes` when it is to be stored."
 )
 
 
@@ -239,7 +243,8 @@ def _responses_request() -> dict[str, Any]:
                 "additionalProperties": {"type": "string", "maxLength": 512},
             },
             "user": {"type": "string"},
-            "store": {"const": False},
+            "store": {"type": "boolean"},
+            "previous_response_id": {"type": "string"},
         },
         "additionalProperties": True,
     }
@@ -260,7 +265,7 @@ def _response() -> dict[str, Any]:
             "id": {"type": "string"},
             "object": {"const": "response"},
             "created_at": {"type": "integer"},
-            "status": {"enum": ["completed", "incomplete", "failed", "in_progress"]},
+            "status": {"enum": ["completed", "incomplete", "failed", "in_progress", "cancelled"]},
             "model": {"type": "string"},
             "output": {
                 "type": "array",
@@ -269,7 +274,7 @@ def _response() -> dict[str, Any]:
                     "properties": {"type": {"enum": ["message", "function_call"]}},
                 },
             },
-            "usage": usage,
+            "usage": {"anyOf": [usage, {"type": "null"}]},  # null: failed or cancelled
         },
     }
 
@@ -471,10 +476,28 @@ def _op(
 
 
 def _management_paths(errors: dict[str, Any]) -> dict[str, Any]:
-    """Usage, keys and routing: what the web console reads (it has no other API). Their
-    fields are described in gateway/accounting/usage_api.py and gateway/admin/*.py."""
-    t, k = ("tenant",), ("key",)
+    """Usage, keys and routing: what the web console reads (it has no other API), and the
+    stored responses. Their fields are described in gateway/accounting/usage_api.py,
+    gateway/admin/*.py and gateway/stored/api.py."""
+    t, k, r = ("tenant",), ("key",), ("response_id",)
     return {
+        "/v1/responses/{response_id}": {
+            "get": _op("A stored response of the caller's tenant (404: absent, expired or "
+                       "another tenant's)", errors, path=r,
+                       query={"include": {"type": "array", "items": {"type": "string"}}},
+                       result=_ref("Response")),
+            "delete": _op("Delete a stored response: {id, object, deleted}", errors, path=r)},
+        "/v1/responses/{response_id}/input_items": {"get": _op(
+            "The conversation a stored response was made from (earlier turns included), as "
+            "items with ids; limit 1-100 (20), order desc (default) or asc, after/before an "
+            "item id; first_id, last_id, has_more", errors, path=r,
+            query={"limit": {"type": "integer", "minimum": 1, "maximum": 100},
+                   "order": {"enum": ["asc", "desc"]}, "after": {"type": "string"},
+                   "before": {"type": "string"},
+                   "include": {"type": "array", "items": {"type": "string"}}},
+            result=_LIST)},
+        "/admin/tenants/{tenant}/responses": {"delete": _op(
+            "Delete every stored response of a tenant: {tenant_id, deleted}", errors, path=t)},
         "/v1/usage": {"get": _op(
             "The caller's usage (scope=key) or its tenant's (scope=tenant), by some of day, "
             "key_id, model; has_more when cut", errors, query={

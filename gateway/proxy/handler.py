@@ -22,12 +22,12 @@ from __future__ import annotations
 import asyncio
 
 from gateway.asgi import Receive, Scope, Send
+from gateway.auth.models import Principal
 from gateway.errors import GatewayError
 from gateway.proxy.disconnect import DisconnectWatch
 from gateway.proxy.record import Recorder
 from gateway.proxy.relay import Relay
 from gateway.proxy.stages import Admitted, Ended, Exchange
-from gateway.responses.request import parse_responses
 from gateway.responses.translator import translator_for
 from gateway.routing.attempts import Attempt
 from gateway.routing.pools import Pool, Replica
@@ -35,6 +35,7 @@ from gateway.routing.router import RoutePlan
 from gateway.routing.service import Caller
 from gateway.runtime.state import GatewayState
 from gateway.runtime.table import ModelRoute, RoutingTable
+from gateway.stored.service import Turn
 from gateway.tokens.counting import PromptTokens
 from gateway.upstream.client import UpstreamResponse
 from gateway.wire.outcome import PRINCIPAL_KEY, Arrival, Ending, arrival_of
@@ -78,7 +79,7 @@ class ProxyEndpoint:
         route: ModelRoute | None = None
         try:
             body = await read_body(scope, receive, server.max_body_bytes)
-            request = self._parse(body, server.max_tokens_limit)
+            request, turn = await self._parse(body, arrival, principal, server.max_tokens_limit)
             route = table.route(request.model, principal)
             # A translated request (Responses) is counted from its translation: what goes upstream.
             prompt = PromptTokens(route.counter, request.operation, request.payload)
@@ -90,12 +91,21 @@ class ProxyEndpoint:
             await relay.refuse(err, ())
             self.recorder.refused(scope, request, route, relay.delivered())
             return None
-        return Admitted(request, route, prompt, reservation)
+        return Admitted(request, route, prompt, reservation, turn)
 
-    def _parse(self, body: bytes, max_tokens_limit: int) -> ParsedRequest:
-        if self.operation is Operation.RESPONSES:
-            return parse_responses(body, max_tokens_limit, self.shape)
-        return parse_request(self.operation, body, max_tokens_limit, self.shape)
+    async def _parse(
+        self, body: bytes, arrival: Arrival, principal: Principal | None, max_tokens_limit: int
+    ) -> tuple[ParsedRequest, Turn | None]:
+        if self.operation is Operation.RESPONSES:  # the conversation it continues looked up
+            return await self.state.responses.parse(
+                body,
+                arrival.request_id,
+                None if principal is None else principal.tenant_id,
+                None if principal is None else principal.key_id,
+                max_tokens_limit,
+                self.shape,
+            )
+        return parse_request(self.operation, body, max_tokens_limit, self.shape), None
 
     async def _exchange(self, scope: Scope, receive: Receive, exchange: Exchange) -> Ended:
         """Route, forward (retries and failover inside), relay; cancelled at once if the client
@@ -145,7 +155,9 @@ class ProxyEndpoint:
         attempt = await exchange.table.routing.dispatcher.first_answer(plan, send_via, attempts)
         headers = [*exchange.admitted.reservation.headers, *attempts.route.headers()]
         native = _native(request, attempt.pool)
-        translator = translator_for(request, arrival.request_id, native=native)
+        translator = translator_for(
+            request, arrival.request_id, native=native, keeper=exchange.admitted.turn
+        )
         relay = exchange.relay
         try:
             clean = await relay.answer(attempt.response, headers, translator)

@@ -78,6 +78,8 @@ class Recorder:
         )
         outcome = self._outcome(scope, request, route, settled)
         self.state.accounting.settle(admitted.reservation, outcome)
+        if admitted.turn is not None:  # a stored response cut before its end, kept as it got
+            admitted.turn.settle(ending)
         observe(self.state.metrics, outcome)
         if ended is not None:
             if ended.plan is not None:

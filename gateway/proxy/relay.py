@@ -51,6 +51,10 @@ class ChunkTranslator(Protocol):
     def whole(self, document: bytes, usage: Usage | None) -> bytes:
         """A whole (non-streaming) 2xx answer."""
 
+    async def finished(self) -> None:
+        """The answer is complete, its last bytes about to go out (a stored response is
+        written here, so that the client's next request finds it)."""
+
 
 class Relay:
     __slots__ = ("_first_byte_at", "_send", "error_code", "meter", "status", "upstream_status")
@@ -141,9 +145,11 @@ class Relay:
         except GatewayError as err:
             self.error_code = err.code
             end = translator.failing(err)
+            await translator.finished()
             await send({"type": "http.response.body", "body": end, "more_body": False})
             return False
         end = translator.closing(self._upstream_usage())
+        await translator.finished()
         await send({"type": "http.response.body", "body": end, "more_body": False})
         return True
 
@@ -169,6 +175,7 @@ class Relay:
         self.meter.observe_document(body)
         if translator is not None and 200 <= response.status < 300:
             body = translator.whole(body, self._upstream_usage())
+            await translator.finished()
         content_type = next((v for k, v in relayed if k == b"content-type"), JSON)
         others = [h for h in relayed if h[0] != b"content-type"]
         self.status = response.status

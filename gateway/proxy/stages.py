@@ -19,6 +19,7 @@ from gateway.proxy.relay import Relay
 from gateway.routing.attempts import Attempts
 from gateway.routing.router import RoutePlan
 from gateway.runtime.table import ModelRoute, RoutingTable
+from gateway.stored.service import Turn
 from gateway.telemetry import Tracing
 from gateway.telemetry.attempt import UpstreamAttempts
 from gateway.tokens.counting import PromptTokens
@@ -36,6 +37,8 @@ class Admitted:
     route: ModelRoute
     prompt: PromptTokens
     reservation: Reservation
+    turn: Turn | None = None
+    """A Responses request's part in the stored responses (what it continues, how it is kept)."""
 
 
 @dataclass(eq=False, slots=True)

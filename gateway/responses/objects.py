@@ -32,12 +32,23 @@ class ResponseShell:
     item_prefix: str
 
     @classmethod
-    def of(cls, source: Mapping[str, Any], request_id: str, created_at: int) -> ResponseShell:
+    def of(
+        cls,
+        source: Mapping[str, Any],
+        request_id: str,
+        created_at: int,
+        *,
+        stored: bool = False,
+        previous_response_id: str | None = None,
+    ) -> ResponseShell:
+        """``stored``: the gateway keeps this response (``store`` as every object echoes it)."""
+        echo = echo_of(source)
+        echo["store"], echo["previous_response_id"] = stored, previous_response_id
         return cls(
-            id=f"resp_{request_id}",
+            id=response_id_of(request_id),
             created_at=created_at,
             model=str(source.get("model", "")),
-            echo=echo_of(source),
+            echo=echo,
             item_prefix=request_id,
         )
 
@@ -68,6 +79,11 @@ class ResponseShell:
             "usage": None if usage is None else usage_object(usage),
             **self.echo,
         }
+
+
+def response_id_of(request_id: str) -> str:
+    """A response's id: the gateway's own request id, so it is unique and names its ledger row."""
+    return f"resp_{request_id}"
 
 
 def echo_of(source: Mapping[str, Any]) -> Json:

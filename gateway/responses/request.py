@@ -12,15 +12,18 @@ echoed in the answer only. Fields the Responses API has and chat has not (``reas
 ``include``, ``truncation``...) are dropped; fields of neither (vLLM's ``top_k``, ``seed``...)
 pass through, as on every other endpoint.
 
-Refused with a 400 that says so: stored state (``store: true``, ``previous_response_id``,
-``conversation``, ``item_reference``; the gateway keeps no responses), ``background``, prompt
-templates, built-in tools (web search, file search...) and files.
+A continued conversation (``previous_response_id``) arrives here already looked up: its earlier
+items are passed as ``history`` and translated before the new ``input`` (gateway/stored/ keeps
+and finds them); ``instructions`` are this request's own, as the API defines them.
+
+Refused with a 400 that says so: ``conversation`` (the Conversations API), ``item_reference``,
+``background``, prompt templates, built-in tools (web search, file search...) and files.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -60,6 +63,7 @@ _TRANSLATED = frozenset(
         "metadata",
         "stream",
         "store",
+        "previous_response_id",
     }
 )
 # The Responses API's own fields that chat completions has no place for: dropped.
@@ -77,13 +81,12 @@ _DROPPED = frozenset(
         "top_logprobs",
     }
 )
-_STATELESS = (
-    "This gateway does not store responses: send the whole conversation in `input` "
-    "(with `store` false or omitted)."
+_NO_CONVERSATIONS = (
+    "Conversations and item references are not supported by this gateway: continue with "
+    "`previous_response_id`, or send the whole conversation in `input`."
 )
 _REFUSED = {
-    "previous_response_id": _STATELESS,
-    "conversation": _STATELESS,
+    "conversation": _NO_CONVERSATIONS,
     "background": "Background responses are not supported by this gateway.",
     "prompt": "Prompt templates are not supported by this gateway.",
 }
@@ -99,8 +102,17 @@ def parse_responses(
     body: bytes, max_tokens_limit: int, shape: BodyShape = DEFAULT_SHAPE
 ) -> ParsedRequest:
     """The request the pipeline runs: the chat translation, the client's body as its source."""
-    source = load_object(body, shape)
-    chat = to_chat(source)
+    return translate(load_object(body, shape), max_tokens_limit, shape)
+
+
+def translate(
+    source: Mapping[str, Any],
+    max_tokens_limit: int,
+    shape: BodyShape = DEFAULT_SHAPE,
+    history: Sequence[Mapping[str, Any]] = (),
+) -> ParsedRequest:
+    """``source`` (the client's body, parsed) translated, after the ``history`` it continues."""
+    chat = to_chat(source, history)
     cap = chat.get("max_tokens")
     if isinstance(cap, int) and cap > max_tokens_limit:
         raise _bad(
@@ -115,15 +127,15 @@ def parse_responses(
     return dataclasses.replace(request, source=source)
 
 
-def to_chat(payload: Mapping[str, Any]) -> Json:
+def to_chat(payload: Mapping[str, Any], history: Sequence[Mapping[str, Any]] = ()) -> Json:
     """The chat completions request for a Responses request (see the module docstring)."""
-    _refuse_stateful(payload)
+    _refuse_unsupported(payload)
     chat: Json = {k: v for k, v in payload.items() if k not in _TRANSLATED | _DROPPED}
     if "model" in payload:
         chat["model"] = payload["model"]
     if "input" not in payload:
         raise _bad("`input` is required.", "input", "missing_required_parameter")
-    chat["messages"] = to_messages(payload["input"], payload.get("instructions"))
+    chat["messages"] = to_messages(payload["input"], payload.get("instructions"), history)
     chat.update(_sampling(payload))
     chat.update(_tooling(payload))
     response_format = to_response_format(payload.get("text"))
@@ -139,9 +151,7 @@ def to_chat(payload: Mapping[str, Any]) -> Json:
     return chat
 
 
-def _refuse_stateful(payload: Mapping[str, Any]) -> None:
-    if payload.get("store") is True:
-        raise _bad(_STATELESS, "store", "unsupported_value")
+def _refuse_unsupported(payload: Mapping[str, Any]) -> None:
     for name, message in _REFUSED.items():
         if payload.get(name) not in (None, False):
             raise _bad(message, name, "unsupported_parameter")
@@ -181,13 +191,18 @@ def _tooling(payload: Mapping[str, Any]) -> Json:
 # --- input ---------------------------------------------------------------------------------
 
 
-def to_messages(items: object, instructions: object) -> list[Json]:
-    """Chat messages for ``input`` (a string or a list of items), ``instructions`` first."""
+def to_messages(
+    items: object, instructions: object, history: Sequence[Mapping[str, Any]] = ()
+) -> list[Json]:
+    """Chat messages for ``input`` (a string or a list of items), ``instructions`` first, then
+    the ``history`` a continued conversation brings (items the gateway stored)."""
     messages: list[Json] = []
     if instructions is not None:
         if not isinstance(instructions, str):
             raise _bad("`instructions` must be a string.", "instructions")
         messages.append({"role": "system", "content": instructions})
+    for item in history:
+        add_item(messages, item, "previous_response_id")
     if isinstance(items, str):
         messages.append({"role": "user", "content": items})
     elif isinstance(items, list):
@@ -222,7 +237,7 @@ def add_item(messages: list[Json], item: object, param: str) -> None:
     elif kind == "reasoning":
         return  # an earlier turn's reasoning: chat completions takes none back
     elif kind == "item_reference":
-        raise _bad(_STATELESS, f"{param}.type", "unsupported_value")
+        raise _bad(_NO_CONVERSATIONS, f"{param}.type", "unsupported_value")
     else:
         raise _bad(
             f"Input items of type `{_shown(kind)}` are not supported by this gateway "

@@ -50,7 +50,7 @@ class _OpenItem:
 
 
 class ResponseEvents:
-    __slots__ = ("_finish_reason", "_open", "_output", "_sequence", "ended", "shell")
+    __slots__ = ("_finish_reason", "_open", "_output", "_sequence", "ended", "final", "shell")
 
     def __init__(self, shell: ResponseShell) -> None:
         self.shell = shell
@@ -60,6 +60,8 @@ class ResponseEvents:
         self._finish_reason: str | None = None
         self.ended = False
         """A terminal event (completed, incomplete or failed) was produced: nothing follows."""
+        self.final: Json | None = None
+        """The response object of the terminal event, once there is one."""
 
     def opening(self) -> list[Json]:
         response = self.shell.response("in_progress")
@@ -102,6 +104,7 @@ class ResponseEvents:
         self.ended = True
         status = "completed" if reason is None else "incomplete"
         response = self.shell.response(status, self._output, usage, incomplete_reason=reason)
+        self.final = response
         return [*events, self._event(f"response.{status}", response=response)]
 
     def failing(self, message: str, code: str = "server_error") -> list[Json]:
@@ -113,10 +116,16 @@ class ResponseEvents:
         self._open = None
         error = {"code": code, "message": message}
         response = self.shell.response("failed", self._output, error=error)
+        self.final = response
         return [
             self._event("error", code=code, message=message, param=None),
             self._event("response.failed", response=response),
         ]
+
+    def cut(self, status: str, error: Json | None = None) -> Json:
+        """The response as far as it got, for a stream that ended without its terminal event
+        (``cancelled``: the client left; ``failed``: the gateway stopped): the finished items."""
+        return self.final or self.shell.response(status, self._output, error=error)
 
     # --- items ---------------------------------------------------------------------------
 

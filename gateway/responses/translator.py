@@ -9,13 +9,18 @@ translator the decoded chunks; the translator only writes the events::
     translator.closing(usage)            # bytes: the .done events and response.completed
     translator.failing(err)              # bytes: error and response.failed
     translator.whole(document, usage)    # a whole chat answer as a response object
+    await translator.finished()          # before the last bytes: the keeper stores the response
+
+A :class:`Keeper` (gateway/stored/) is what keeps a stored response: told when a stream opens
+(so a cut one is kept as far as it got) and awaited with the final object before the answer's
+last bytes go out, so a follow-up that names it finds it.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -33,14 +38,32 @@ def sse_events(events: Iterable[Json]) -> bytes:
     )
 
 
-class ResponsesTranslator:
-    __slots__ = ("events", "shell")
+class Keeper(Protocol):
+    """Keeps one request's response (gateway/stored/service.py ``Turn``)."""
 
-    def __init__(self, shell: ResponseShell) -> None:
+    created_at: int
+    stored: bool
+    """The response is kept (``store`` true or omitted, and the gateway stores responses)."""
+    previous_response_id: str | None
+
+    def opened(self, events: ResponseEvents) -> None:
+        """The stream started: the client has the response's id."""
+
+    async def keep(self, response: Json) -> None:
+        """Store the finished response (never raises)."""
+
+
+class ResponsesTranslator:
+    __slots__ = ("events", "keeper", "shell")
+
+    def __init__(self, shell: ResponseShell, keeper: Keeper | None = None) -> None:
         self.shell = shell
         self.events = ResponseEvents(shell)
+        self.keeper = keeper
 
     def opening(self) -> bytes:
+        if self.keeper is not None:
+            self.keeper.opened(self.events)
         return sse_events(self.events.opening())
 
     def chunks(self, messages: Iterable[Mapping[str, Any]]) -> bytes:
@@ -57,16 +80,30 @@ class ResponsesTranslator:
             chat = orjson.loads(document)
         except orjson.JSONDecodeError:
             chat = {}
-        return orjson.dumps(
-            response_of_chat(self.shell, chat if isinstance(chat, dict) else {}, usage)
-        )
+        response = response_of_chat(self.shell, chat if isinstance(chat, dict) else {}, usage)
+        self.events.final = response
+        return orjson.dumps(response)
+
+    async def finished(self) -> None:
+        """The answer is complete (its last bytes not yet sent): keep the response."""
+        if self.keeper is not None and self.events.final is not None:
+            await self.keeper.keep(self.events.final)
 
 
 def translator_for(
-    request: ParsedRequest, request_id: str, *, native: bool
+    request: ParsedRequest, request_id: str, *, native: bool, keeper: Keeper | None = None
 ) -> ResponsesTranslator | None:
     """The translator a request's answer needs: none for chat and the others, nor for a pool
     that serves the Responses API itself."""
     if request.operation is not Operation.RESPONSES or native or request.source is None:
         return None
-    return ResponsesTranslator(ResponseShell.of(request.source, request_id, int(time.time())))
+    if keeper is None:
+        return ResponsesTranslator(ResponseShell.of(request.source, request_id, int(time.time())))
+    shell = ResponseShell.of(
+        request.source,
+        request_id,
+        keeper.created_at,
+        stored=keeper.stored,
+        previous_response_id=keeper.previous_response_id,
+    )
+    return ResponsesTranslator(shell, keeper)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from gateway.accounting.ledger_sql import LEDGER_MIGRATIONS
 from gateway.auth.schema import AUTH_MIGRATIONS
 from gateway.storage.migrations import Migration
+from gateway.stored.schema import RESPONSES_MIGRATIONS
 
 
 def all_migrations() -> tuple[Migration, ...]:
     """A component that keeps rows in the store adds its migrations tuple here."""
-    return (*AUTH_MIGRATIONS, *LEDGER_MIGRATIONS)
+    return (*AUTH_MIGRATIONS, *LEDGER_MIGRATIONS, *RESPONSES_MIGRATIONS)

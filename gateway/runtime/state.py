@@ -28,6 +28,7 @@ from gateway.routing.shared import Canaries, LocalCanaries
 from gateway.runtime.migrations import all_migrations
 from gateway.runtime.table import RoutingTable, UpstreamFactory, build_table
 from gateway.storage import Database
+from gateway.stored.service import StoredResponses
 from gateway.telemetry import Tracing, TracingConfig, build_tracing
 from gateway.upstream.http1 import Http1Upstream
 
@@ -48,6 +49,8 @@ class GatewayState:
     """None when ``auth.enabled`` is false: no keys asked, every model visible."""
     canaries: Canaries
     """Where canary judgements are made: each router's own, or the deployment's (Redis)."""
+    responses: StoredResponses
+    """Stored Responses API answers, in the same store (gateway/stored/)."""
     clock: Clock = SYSTEM_CLOCK
     """What every part of the app reads the time from (gateway/clock.py)."""
     started_at: int = field(default_factory=lambda: int(time.time()))
@@ -80,6 +83,7 @@ class GatewayState:
             database,
             build_auth(config.auth, config.storage, database, clock),
             canaries,
+            StoredResponses(config.responses, database, metrics, clock.wall),
             clock,
             started_at=int(clock.wall()),
             tracing=build_tracing(config.tracing, os.environ),
@@ -94,6 +98,7 @@ class GatewayState:
         await self.watch_pools(self.table.pools.values())
         await self.canaries.start(self._routers)
         await self.accounting.start(self.database)
+        await self.responses.start()
 
     def _routers(self) -> list[ModelRouter]:
         return [route.router for route in self.table.models.values()]
@@ -118,6 +123,7 @@ class GatewayState:
         for pool in self.table.pools.values():
             await pool.client.aclose()
         await self.accounting.stop()  # after the requests: flushes the ledger
+        await self.responses.stop()  # after the requests: their last responses written
         if self.auth is not None:
             await self.auth.stop()  # flushes the keys' last-used times
         await self.database.close()  # last: the ledger and auth flush into it

@@ -143,3 +143,50 @@ def test_a_function_tool_round_trip(local_stack: LocalState, stack_gateway: Gate
             final = sdk.responses.create(model="tiny", input=follow_up, max_output_tokens=8)
         assert final.output and final.output[0].type == "message"
         assert final.usage is not None and final.usage.output_tokens > 0
+
+
+def test_stored_responses_over_three_turns(
+    local_stack: LocalState, stack_gateway: GatewayProcess
+) -> None:
+    """The gateway keeps what Ray Serve LLM's ingress cannot: ``store`` default and false,
+    ``previous_response_id`` over three turns (the second returns a function call's output, the
+    leg this stack's vLLM serves without a tool-call parser), retrieve, input items, delete. Each
+    follow-up reaches vLLM as the whole conversation: its prompt grows by what came before."""
+    sdk = client(stack_gateway)
+    unstored = sdk.responses.create(model="tiny", input="Hi", max_output_tokens=4, store=False)
+    with pytest.raises(openai.NotFoundError):
+        sdk.responses.retrieve(unstored.id)
+    first = sdk.responses.create(
+        model="tiny", input=unique_prompt(), max_output_tokens=6, temperature=0
+    )
+    assert first.store is True
+    assert sdk.responses.retrieve(first.id).output_text == first.output_text
+    returned = [
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": '{"sky": "clear"}'},
+    ]
+    second = sdk.responses.create(
+        model="tiny", input=returned, previous_response_id=first.id, max_output_tokens=6
+    )
+    events = list(
+        sdk.responses.create(
+            model="tiny",
+            input="And tomorrow?",
+            previous_response_id=second.id,
+            max_output_tokens=6,
+            stream=True,
+        )
+    )
+    assert events[-1].type in ("response.completed", "response.incomplete")
+    third = events[-1].response
+    assert third.previous_response_id == second.id
+    prompts = [r.usage.input_tokens for r in (first, second, third) if r.usage is not None]
+    assert len(prompts) == 3 and prompts[0] < prompts[1] < prompts[2]
+    assert sdk.responses.retrieve(third.id).output_text == third.output_text
+    items = list(sdk.responses.input_items.list(third.id, order="asc"))
+    assert [i.type for i in items] == [
+        "message", "message", "function_call", "function_call_output", "message", "message",
+    ]  # fmt: skip
+    sdk.responses.delete(third.id)
+    with pytest.raises(openai.NotFoundError):
+        sdk.responses.retrieve(third.id)

@@ -73,6 +73,9 @@ class Gateway:
     """The app's clock: time moves only when the test advances it."""
     outcomes: list[Outcome] = field(default_factory=list)
 
+    async def get(self, path: str, method: str = "GET") -> Reply:
+        return await self.call(path, b"", method=method)
+
     async def call(
         self,
         path: str,
@@ -80,6 +83,7 @@ class Gateway:
         *,
         headers: tuple[tuple[bytes, bytes], ...] = (),
         leave_after: int | None = None,
+        method: str = "POST",
     ) -> Reply:
         messages: list[dict[str, Any]] = []
         gone = asyncio.Event()
@@ -103,7 +107,7 @@ class Gateway:
             if leave_after is not None and bodies >= leave_after:
                 gone.set()
 
-        scope = _scope(path, headers)
+        scope = _scope(path, headers, method)
         await self.app(scope, receive, send)
         slot = scope.get(OUTCOME_KEY)  # none when refused before the gateway's own layers
         outcome = None if slot is None else slot.value
@@ -125,16 +129,19 @@ class Gateway:
             return db.execute("SELECT * FROM usage_ledger").fetchall()
 
 
-def _scope(path: str, headers: tuple[tuple[bytes, bytes], ...]) -> dict[str, Any]:
+def _scope(
+    path: str, headers: tuple[tuple[bytes, bytes], ...], method: str = "POST"
+) -> dict[str, Any]:
+    path, _, query = path.partition("?")
     return {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
-        "method": "POST",
+        "method": method,
         "scheme": "http",
         "path": path,
         "raw_path": path.encode(),
-        "query_string": b"",
+        "query_string": query.encode(),
         "root_path": "",
         "headers": [(b"content-type", b"application/json"), *headers],
         "client": ("127.0.0.1", 40000),

@@ -154,12 +154,12 @@ async def test_a_native_pool_gets_the_clients_body(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("extra", "param", "words"),
     [
-        ({"store": True}, "store", "does not store responses"),
-        ({"previous_response_id": "resp_1"}, "previous_response_id", "does not store"),
+        ({"store": "yes"}, "store", "must be a boolean"),
+        ({"conversation": "conv_1"}, "conversation", "Conversations"),
         ({"tools": [{"type": "web_search"}]}, "tools[0].type", "Built-in tools"),
         ({"tools": [{"type": "file_search"}]}, "tools[0].type", "Built-in tools"),
         ({"background": True}, "background", "Background"),
-        ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type", "does not store"),
+        ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type", "not supported"),
         ({"max_output_tokens": 0}, "max_output_tokens", "positive"),
     ],
 )

@@ -152,8 +152,10 @@ def _json(text: str) -> dict[str, Any]:
     return value
 
 
-def test_refusals_are_the_sdks_bad_request(client: openai.OpenAI) -> None:
-    with pytest.raises(openai.BadRequestError, match="does not store responses"):
+def test_refusals_are_the_sdks_errors(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError, match="resp_1' not found"):
         client.responses.create(model=MODEL, input=PROMPT, previous_response_id="resp_1")
+    with pytest.raises(openai.BadRequestError, match="Conversations"):
+        client.responses.create(model=MODEL, input=PROMPT, conversation="conv_1")
     with pytest.raises(openai.BadRequestError, match="Built-in tools"):
         client.responses.create(model=MODEL, input=PROMPT, tools=[{"type": "web_search"}])

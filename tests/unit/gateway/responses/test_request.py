@@ -118,8 +118,6 @@ def test_a_stream_always_asks_for_usage() -> None:
 @pytest.mark.parametrize(
     ("payload", "param"),
     [
-        ({"store": True}, "store"),
-        ({"previous_response_id": "resp_1"}, "previous_response_id"),
         ({"conversation": "conv_1"}, "conversation"),
         ({"background": True}, "background"),
         ({"prompt": {"id": "p"}}, "prompt"),
@@ -191,3 +189,29 @@ def test_an_integral_float_is_an_integer_as_json_schema_says() -> None:
 def test_a_type_or_role_of_any_json_value_is_a_400(item: dict[str, Any]) -> None:
     with pytest.raises(InvalidParameter):
         chat(input=[item])
+
+
+def test_a_continued_conversation_comes_after_the_instructions() -> None:
+    """The stored history (gateway/stored/) goes between this request's instructions and its new
+    input; ``store`` and ``previous_response_id`` never reach the upstream."""
+    history = [
+        {"type": "message", "id": "msg_1", "role": "user", "status": "completed",
+         "content": [{"type": "input_text", "text": "hi"}]},
+        {"type": "message", "id": "msg_2", "role": "assistant", "status": "completed",
+         "content": [{"type": "output_text", "text": "hello", "annotations": []}]},
+    ]  # fmt: skip
+    payload = {
+        "model": "m",
+        "input": "again",
+        "instructions": "Be brief.",
+        "store": True,
+        "previous_response_id": "resp_1",
+    }
+    chat = to_chat(payload, history)
+    assert chat["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "again"},
+    ]
+    assert "store" not in chat and "previous_response_id" not in chat
