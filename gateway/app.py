@@ -1,8 +1,11 @@
-"""The app factory: routes, error handlers and lifespan, composed in one place.
+"""The app factory: routes, middleware, error handlers and lifespan, composed in one place.
 
-    app = create_app(load_config("gateway.yaml"))
+    app = create_app(load_config("gateway.yaml"))                 # what `pd-gateway run` serves
+    app = create_app(config, upstream_factory=..., clock=clock)   # tests: the seams
 
-Nothing happens at import time; every piece of state hangs off the app built here.
+Nothing happens at import time; every piece of state hangs off the app built here, and every
+layer around the endpoints (the in-flight cap outermost, then request ids and the access log,
+the server span, auth) is applied here, so a test that builds the app gets the one served.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from gateway.accounting.usage_api import usage_routes
 from gateway.admin.api import admin_routes, own_key_routes
 from gateway.admin.routing import routing_admin_routes
 from gateway.auth.middleware import auth_middleware
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import GatewayConfig
 from gateway.console import console_routes
 from gateway.endpoints import Healthz, ListModels, Metrics, OpenAPI, Readyz, RetrieveModel
@@ -36,6 +40,7 @@ from gateway.middleware import RequestIdMiddleware
 from gateway.proxy.handler import ProxyEndpoint
 from gateway.runtime.reload import ConfigReloader, reload_on_sighup
 from gateway.runtime.state import GatewayState, UpstreamFactory
+from gateway.server.overload import InFlightLimit
 from gateway.telemetry.server import ServerSpanMiddleware
 from gateway.upstream.http1 import Http1Upstream
 from gateway.wire.request import Operation
@@ -51,10 +56,13 @@ def create_app(
     *,
     upstream_factory: UpstreamFactory = Http1Upstream,
     config_path: Path | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> Starlette:
     """Build the gateway. ``upstream_factory`` makes the upstream client of each pool; with
-    ``config_path`` (the file ``config`` came from) SIGHUP and the admin API reload it."""
-    state = GatewayState.build(config, upstream_factory)
+    ``config_path`` (the file ``config`` came from) SIGHUP and the admin API reload it;
+    ``clock`` is what every part that measures time reads (the limiter, the key cache, the
+    canary judge, the breakers and retry budget, the ledger's timestamps)."""
+    state = GatewayState.build(config, upstream_factory, clock)
     access_log = AccessLog(sys.stderr.fileno()) if config.server.access_log else None
     reloader = None if config_path is None else ConfigReloader(state, config_path)
 
@@ -90,9 +98,12 @@ def create_app(
     ]
     app = GatewayApp(
         proxies,
+        in_flight_limit=config.server.max_requests_in_flight,
         routes=routes,
         middleware=[
-            Middleware(RequestIdMiddleware, metrics=state.metrics, access_log=access_log),
+            Middleware(
+                RequestIdMiddleware, metrics=state.metrics, access_log=access_log, clock=clock
+            ),
             # Only when traces are exported: the no-op tracer's span still cost ~20 us a request.
             *(
                 [
@@ -129,11 +140,15 @@ class GatewayApp(Starlette):
     streamed event (README, Performance). None of them can act on these paths, whose endpoint
     answers its own errors and whose unexpected exceptions RequestIdMiddleware answers.
     Everything else (other paths, other methods, the lifespan) takes Starlette's full stack,
-    so 404, 405 and the admin API are unchanged.
+    so 404, 405 and the admin API are unchanged. Outermost of all, before any work is done,
+    :class:`InFlightLimit` caps the requests served at once.
     """
 
-    def __init__(self, proxies: Mapping[str, ASGIApp], **kwargs: object) -> None:
+    def __init__(
+        self, proxies: Mapping[str, ASGIApp], *, in_flight_limit: int, **kwargs: object
+    ) -> None:
         self.proxies = proxies
+        self.in_flight_limit = in_flight_limit
         super().__init__(**kwargs)  # type: ignore[arg-type]
 
     def build_middleware_stack(self) -> ASGIApp:
@@ -143,11 +158,12 @@ class GatewayApp(Starlette):
         inner: ASGIApp = _ProxyPaths(self.proxies, rest)
         for cls, args, kwargs in reversed(self.user_middleware):
             inner = cls(inner, *args, **kwargs)
-        return _ProxyPaths(
+        routed = _ProxyPaths(
             self.proxies,
             ServerErrorMiddleware(inner, handler=error_handler, debug=self.debug),
             proxied=inner,
         )
+        return InFlightLimit(routed, limit=self.in_flight_limit)
 
 
 class _ProxyPaths:

@@ -20,14 +20,13 @@ def app_from_env() -> ASGIApp:
     from gateway.app import create_app
     from gateway.logs import configure_logging
     from gateway.server.memory import freeze_startup_objects
-    from gateway.server.overload import InFlightLimit
 
     path = Path(os.environ[CONFIG_ENV])
     config = load_config(path)
     configure_logging(config.server.log_level)
     app = create_app(config, config_path=path)
     freeze_startup_objects()  # a served process only: tests build many apps in one process
-    return InFlightLimit(app, limit=config.server.max_requests_in_flight)
+    return app
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from starlette.types import ASGIApp
 
 from gateway.accesslog import AccessLog
 from gateway.asgi import Message, Receive, Scope, Send, send_response
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
 from gateway.wire.outcome import ARRIVAL_KEY, OUTCOME_KEY, Arrival, Outcome, OutcomeSlot
@@ -40,28 +41,34 @@ def correlation_id_from(scope: Scope) -> str | None:
     return None
 
 
-def new_arrival(scope: Scope) -> Arrival:
+def new_arrival(scope: Scope, clock: Clock = SYSTEM_CLOCK) -> Arrival:
     return Arrival(
         request_id=os.urandom(12).hex(),
         correlation_id=correlation_id_from(scope),
         started=time.perf_counter(),
-        started_wall=time.time(),
+        started_wall=clock.wall(),
     )
 
 
 class RequestIdMiddleware:
     def __init__(
-        self, app: ASGIApp, *, metrics: GatewayMetrics, access_log: AccessLog | None
+        self,
+        app: ASGIApp,
+        *,
+        metrics: GatewayMetrics,
+        access_log: AccessLog | None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.app = app
         self.metrics = metrics
         self.access_log = access_log
+        self.clock = clock
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        arrival = scope[ARRIVAL_KEY] = new_arrival(scope)
+        arrival = scope[ARRIVAL_KEY] = new_arrival(scope, self.clock)
         slot = scope[OUTCOME_KEY] = OutcomeSlot()
         ids = [
             (REQUEST_ID_HEADER, (arrival.correlation_id or arrival.request_id).encode()),

@@ -38,7 +38,7 @@ from bench_overhead import Processes, free_port, wait_http
 
 from gateway.config import GatewayConfig, parse_config
 from gateway.metrics import GatewayMetrics
-from gateway.routing.dispatch import Dispatcher
+from gateway.routing.attempts import Attempts
 from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.pools import Pool, Replica
 from gateway.routing.router import ModelRouter
@@ -105,9 +105,15 @@ def single_pool_cost(
 
 
 class _Answer:
-    """Stands in for an upstream response: the stage only reads its status."""
+    """Stands in for an upstream response: the stage reads its status and hands it back."""
 
     status = 200
+
+    def release(self) -> None:
+        """Nothing to hand back: no connection was read."""
+
+    def abort(self) -> None:
+        """Nothing to drop."""
 
 
 async def stage_cost(model: str, calls: int) -> float:
@@ -129,8 +135,9 @@ async def stage_cost(model: str, calls: int) -> float:
     for _ in range(calls):
         prompt = PromptTokens(route.counter, request.operation, request.payload)
         plan = table.routing.plan(route.router, request, scope, caller, prompt)
-        attempt = await table.routing.dispatcher.first_answer(plan, send_via, [])
-        Dispatcher.finish(attempt, None)
+        with Attempts() as attempts:
+            await table.routing.dispatcher.first_answer(plan, send_via, attempts)
+            attempts.settle(None, reusable=True)
     elapsed = (time.perf_counter() - started) / calls * 1e6
     for pool in table.pools.values():
         await pool.client.aclose()

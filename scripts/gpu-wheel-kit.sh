@@ -4,6 +4,12 @@
 # pack them into one tar split into parts that each fit one transfer.
 #
 #   scripts/gpu-wheel-kit.sh OUT_DIR [PART_MIB]      # PART_MIB: 60 by default
+#   KIT_HOPPER_DENSE=1 scripts/gpu-wheel-kit.sh ...  # 258 MB instead of 420: see below
+#
+# KIT_HOPPER_DENSE=1 also drops vLLM's FlashAttention 2 kernels (129 MB compressed) and its MoE
+# kernels (41 MB), both imported only if present: on Hopper vLLM uses FlashAttention 3, and a
+# dense model never calls the MoE ops. For head_dim 64 or more on an H100/H200 (the llama-3-8b
+# shape); the tiny model's head_dim 32 needs FlashAttention 2, so keep the full kit for it.
 #
 # On the GPU machine: cat OUT_DIR/kit.tar.* | tar -x -C /tmp && python3 -m pip install -q \
 #   --no-index --no-deps --no-compile --target /tmp/site /tmp/kit/*.whl && export PYTHONPATH=/tmp/site
@@ -24,6 +30,9 @@ grep -v '^#' scripts/gpu-kit-py312.txt | xargs python3 -m pip download -q --no-d
 (cd "$work/kit"
  zip -q -d ray-*.whl 'ray/jars/*' '*.js.map'
  zip -q -d nixl_cu13-*.whl 'nixl_ep_cu13/*' '*libucx_perftest*'
- zip -q -d vllm-*.whl 'vllm/vllm-rs' 'vllm/third_party/deep_gemm/_C.cpython-31[0134]*')
+ zip -q -d vllm-*.whl 'vllm/vllm-rs' 'vllm/third_party/deep_gemm/_C.cpython-31[0134]*'
+ if [ -n "${KIT_HOPPER_DENSE:-}" ]; then
+   zip -q -d vllm-*.whl 'vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so' 'vllm/_moe_C_stable_libtorch.abi3.so'
+ fi)
 tar -cf - -C "$work" kit | split -b "$((part_mib * 1024 * 1024))" -d -a 1 - "$out/kit.tar."
 ls -l "$out"

@@ -74,6 +74,14 @@ def _check_pools_present(cfg: ServingConfig) -> Iterator[str]:
 def _check_model(cfg: ServingConfig) -> Iterator[str]:
     if cfg.accelerator.kind == "cpu" and cfg.model.gpu_memory_utilization is not None:
         yield "model.gpu_memory_utilization: not used with accelerator.kind cpu; remove it"
+    if cfg.model.local_shape != "tiny":
+        # A shape is a config.json without weights: vLLM would look for safetensors and fail.
+        for path, deployment in deployments(cfg):
+            if deployment.engine_kwargs.get("load_format") != "dummy":
+                yield (
+                    f"{path}.engine_kwargs.load_format: model.local_shape "
+                    f"{cfg.model.local_shape} has no weights; set load_format: dummy"
+                )
 
 
 def _check_engine_kwargs(path: str, deployment: Deployment) -> Iterator[str]:

@@ -37,6 +37,12 @@ class ModelSpec(Strict):
     max_model_len: int = Field(gt=0)
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    local_shape: Literal["tiny", "llama-3-8b"] = "tiny"
+    """Local profiles only (never rendered): what ``pd-serve local up`` writes into an absolute
+    ``source`` folder that has no ``config.json`` yet, with no download (serve_app/model_shapes.py).
+    ``tiny``: a random-weight model of 2 layers. ``llama-3-8b``: Llama 3 8B's shape (a
+    ``config.json`` and the tiny model's tokenizer, no weights), served with
+    ``engine_kwargs: {load_format: dummy}`` (vLLM's random weights, the real model's compute)."""
 
 
 class Accelerator(Strict):

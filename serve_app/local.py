@@ -29,9 +29,9 @@ from serve_app import procs
 from serve_app.config import ServingConfig
 from serve_app.loader import load_serving_config
 from serve_app.local_driver import EVENTS_FILE
+from serve_app.model_shapes import make_local_model
 from serve_app.progress import EventLog, Progress, describe
 from serve_app.render import render_serve_config, render_serve_config_yaml
-from serve_app.tiny_model import make_tiny_model
 
 STATE_FILE = "state.json"
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "serving" / "local-cpu.yaml"
@@ -52,6 +52,9 @@ class LocalState(BaseModel):
     base_urls: dict[str, str]
     """App name -> base URL; the OpenAI paths live under it (``<base>/v1/chat/completions``)."""
     model: str
+    tokenizer_file: str | None = None
+    """The served model's own ``tokenizer.json`` when it is a local file (the gateway counts
+    prompts with it); None: a hub model, counted with the gateway's default (cl100k_base)."""
     driver_log: str
     serve_config: str
     session_dir: str | None = None
@@ -118,8 +121,9 @@ def gateway_config(
     runs and the end-to-end tests start (plain YAML data: serve_app imports nothing of the gateway).
 
     ``<model>`` is routed by prompt length (PD from ``PD_THRESHOLD_TOKENS``, counted with the
-    model's own tokenizer); ``<model>-pd`` and ``<model>-colocated`` pin one pool. With
-    ``data_dir``, keys and usage live in SQLite there (the embedded defaults).
+    served model's own tokenizer where it is a local file, else with the gateway's default
+    tiktoken encoding); ``<model>-pd`` and ``<model>-colocated`` pin one pool. With ``data_dir``,
+    keys and usage live in SQLite there (the embedded defaults).
     """
     pools = {
         name: {"urls": [url], "health": {"path": "/v1/models"}, "timeouts": dict(UPSTREAM_TIMEOUTS)}
@@ -127,12 +131,13 @@ def gateway_config(
     }
     models: dict[str, object] = {}
     if {"pd", "colocated"} <= set(state.base_urls):
-        tokenizer = Path(state.driver_log).parent / "tiny-model" / "tokenizer.json"
-        models[state.model] = {
+        routed: dict[str, object] = {
             "variants": {"stable": {"weight": 1, "pools": {"pd": "pd", "colocated": "colocated"}}},
             "routing": {"pd_threshold_tokens": PD_THRESHOLD_TOKENS},
-            "tokenizer": {"kind": "huggingface", "tokenizer_file": str(tokenizer)},
         }
+        if state.tokenizer_file is not None:
+            routed["tokenizer"] = {"kind": "huggingface", "tokenizer_file": state.tokenizer_file}
+        models[state.model] = routed
     for name in state.base_urls:
         models[f"{state.model}-{name}"] = {"pool": name, "upstream_model": state.model}
     config: dict[str, object] = {"server": {"host": "127.0.0.1", "port": port}}
@@ -140,6 +145,14 @@ def gateway_config(
         config["storage"] = {"url": f"sqlite:///{data_dir.resolve() / 'gateway.db'}"}
     config["console"] = {"enabled": True}  # the gateway's web console at /console
     return {**config, "pools": pools, "models": models}
+
+
+def local_tokenizer_file(cfg: ServingConfig) -> Path | None:
+    """The served model's ``tokenizer.json`` (``model.tokenizer``, else ``model.source``) when
+    that is a local folder holding one; None for a hub name."""
+    folder = Path(cfg.model.tokenizer or cfg.model.source)
+    candidate = folder / "tokenizer.json"
+    return candidate.resolve() if folder.is_absolute() and candidate.is_file() else None
 
 
 def _prepare(
@@ -153,8 +166,9 @@ def _prepare(
     cfg = localise(cfg, free_port() if chosen == 0 else chosen)
     model_dir = Path(cfg.model.source)
     if model_dir.is_absolute() and not (model_dir / "config.json").is_file():
-        progress.phase(f"generating the tiny model in {model_dir} (no download)")
-        make_tiny_model(model_dir)
+        shape = cfg.model.local_shape
+        progress.phase(f"generating the {shape} model in {model_dir} (no download)")
+        make_local_model(model_dir, shape)
     (state_dir / "serve-config.yaml").write_text(render_serve_config_yaml(cfg))
     rendered = state_dir / "serve-config.json"
     rendered.write_text(json.dumps(render_serve_config(cfg)))
@@ -216,11 +230,18 @@ def local_up(
         )
     driver = procs.this_proc(proc.pid) or (proc.pid, 0)
     progress.phase(f"starting the Ray driver (pid {proc.pid}, log {log_path})")
+    tokenizer = local_tokenizer_file(cfg)
+    if tokenizer is None:
+        progress.phase(
+            f"no local tokenizer.json for {cfg.model.id}: the gateway counts its prompts with "
+            "cl100k_base (approximate routing by length)"
+        )
     state = LocalState(
         driver=driver,
         http_port=cfg.serve.http_port,
         base_urls=base_urls(cfg),
         model=cfg.model.id,
+        tokenizer_file=None if tokenizer is None else str(tokenizer),
         driver_log=str(log_path),
         serve_config=str(rendered),
     )

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -49,42 +50,90 @@ def _deploy(document: dict[str, Any], events: EventLog) -> None:
         )
         for app in document["applications"]
     ]
-    if os.environ.get(SEQUENTIAL_ENV) == "1":
-        # GPU engines sharing a GPU: one app at a time, so that no engine profiles its memory
-        # while another one's allocations come and go on the same device.
-        for target in targets:
-            serve.run_many([target])
-        events.write("deploying", ", ".join(app["name"] for app in document["applications"]))
-        _follow_deployments(events)
-        return
-    # Both apps at once: their engines start in parallel; readiness is followed below, so each
-    # deployment's line appears when it becomes healthy.
-    serve.run_many(targets, wait_for_applications_running=False)
-    events.write("deploying", ", ".join(app["name"] for app in document["applications"]))
-    _follow_deployments(events)
+    deploy_apps(
+        targets,
+        [app["name"] for app in document["applications"]],
+        events,
+        run_many=serve.run_many,
+        status=serve.status,
+        sequential=os.environ.get(SEQUENTIAL_ENV) == "1",
+    )
 
 
-def _follow_deployments(events: EventLog, poll_s: float = 1.0) -> None:
-    """Report each deployment once when healthy; return when every app runs, raise if one fails."""
-    from ray import serve
+def deploy_apps(
+    targets: list[Any],
+    names: list[str],
+    events: EventLog,
+    *,
+    run_many: Callable[..., Any],
+    status: Callable[[], Any],
+    sequential: bool,
+    poll_s: float = 1.0,
+    heartbeat_s: float = 30.0,
+) -> None:
+    """Deploy the apps without blocking in Serve, so each deployment's line appears as it
+    becomes healthy (and a ``waiting`` line every ``heartbeat_s`` names what is still starting).
 
+    ``sequential`` (GPU engines sharing a GPU): one app at a time, so that no engine profiles its
+    memory while another one's allocations come and go on the same device. Otherwise every app
+    at once, their engines starting in parallel.
+    """
     reported: set[str] = set()
+    groups = (
+        [[(t, n)] for t, n in zip(targets, names, strict=True)]
+        if sequential
+        else [list(zip(targets, names, strict=True))]
+    )
+    for group in groups:
+        apps = [name for _, name in group]
+        events.write("deploying", ", ".join(apps))
+        run_many([target for target, _ in group], wait_for_applications_running=False)
+        follow_deployments(events, status, set(apps), reported, poll_s, heartbeat_s)
+
+
+def follow_deployments(
+    events: EventLog,
+    status: Callable[[], Any],
+    apps: set[str],
+    reported: set[str],
+    poll_s: float = 1.0,
+    heartbeat_s: float = 30.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Report each deployment once when healthy; return when every app in ``apps`` runs, raise
+    if one fails. ``reported`` carries what was already reported across calls."""
+    last_beat = clock()
     while True:
-        status = serve.status()
-        running = 0
-        for app_name, app in status.applications.items():
+        current = status()
+        running, starting = set(), []
+        for app_name, app in current.applications.items():
+            if app_name not in apps:
+                continue
             if app.status == "DEPLOY_FAILED":
                 raise RuntimeError(f"application {app_name} failed to deploy: {app.message}")
             for name, deployment in app.deployments.items():
                 key = f"{app_name}/{name}"
-                if deployment.status == "HEALTHY" and key not in reported:
-                    reported.add(key)
-                    replicas = sum(deployment.replica_states.values())
-                    events.write("deployment ready", f"{key} ({replicas} replica(s))")
-            running += app.status == "RUNNING"
-        if status.applications and running == len(status.applications):
+                if deployment.status == "HEALTHY":
+                    if key not in reported:
+                        reported.add(key)
+                        replicas = sum(deployment.replica_states.values())
+                        events.write("deployment ready", f"{key} ({replicas} replica(s))")
+                else:
+                    # Serve's status enums print as DeploymentStatus.X; their value is X.
+                    starting.append(
+                        f"{key} {getattr(deployment.status, 'value', deployment.status)}"
+                    )
+            if app.status == "RUNNING":
+                running.add(app_name)
+        if running == apps:
             return
-        time.sleep(poll_s)
+        if clock() - last_beat >= heartbeat_s:
+            last_beat = clock()
+            events.write(
+                "waiting", ", ".join(starting) or "for " + ", ".join(sorted(apps - running))
+            )
+        sleep(poll_s)
 
 
 def run(serve_config: Path, ready_file: Path) -> None:

@@ -35,7 +35,7 @@ def _stdlib_text(max_files: int = 400) -> Iterator[str]:
         yield path.read_text(errors="ignore")
 
 
-def _save_tokenizer(folder: Path) -> None:
+def save_tokenizer(folder: Path) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -84,7 +84,7 @@ def make_tiny_model(folder: Path, seed: int = 0) -> Path:
     if marker.is_file():
         return folder
     folder.mkdir(parents=True, exist_ok=True)
-    _save_tokenizer(folder)
+    save_tokenizer(folder)
     _save_model(folder, seed)
     # Written last: a folder without it is an interrupted run and is made again.
     marker.write_text(json.dumps({"seed": seed, "vocab_size": VOCAB_SIZE}))

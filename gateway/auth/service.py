@@ -16,6 +16,7 @@ from gateway.auth.config import AuthConfig, resolve_hash_secret
 from gateway.auth.keys import KeyHasher
 from gateway.auth.manage import KeyManager
 from gateway.auth.store import AuthStore
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.storage import Database, StorageConfig
 
 logger = logging.getLogger(__name__)
@@ -29,11 +30,18 @@ class AuthService:
     manager: KeyManager
 
     @classmethod
-    def build(cls, auth: AuthConfig, storage: StorageConfig, database: Database) -> AuthService:
+    def build(
+        cls,
+        auth: AuthConfig,
+        storage: StorageConfig,
+        database: Database,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> AuthService:
         """Raises HashSecretError when no key-hash secret can be found."""
         hasher = KeyHasher(resolve_hash_secret(auth, storage))
         store = AuthStore(database)
-        return cls(auth, store, Authenticator(store, hasher, auth), KeyManager(store, hasher))
+        authenticator = Authenticator(store, hasher, auth, clock.wall, clock.monotonic)
+        return cls(auth, store, authenticator, KeyManager(store, hasher, clock.wall))
 
     async def start(self) -> None:
         await self.authenticator.start()
@@ -42,9 +50,11 @@ class AuthService:
         await self.authenticator.stop()
 
 
-def build_auth(auth: AuthConfig, storage: StorageConfig, database: Database) -> AuthService | None:
+def build_auth(
+    auth: AuthConfig, storage: StorageConfig, database: Database, clock: Clock = SYSTEM_CLOCK
+) -> AuthService | None:
     """The service, or None when ``auth.enabled`` is false (no keys asked, every model visible)."""
     if not auth.enabled:
         logger.warning("authentication is off (auth.enabled: false): every caller is anonymous")
         return None
-    return AuthService.build(auth, storage, database)
+    return AuthService.build(auth, storage, database, clock)

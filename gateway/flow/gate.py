@@ -47,8 +47,10 @@ class FlowGate:
         self,
         config: FlowConfig,
         metrics: FlowMetrics | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
+        """``clock``: what the wait is measured on; a request's own timings are real time
+        (``perf_counter``, like its arrival), not the app's injectable clock."""
         self.config = config
         self.metrics = metrics
         self._clock = clock

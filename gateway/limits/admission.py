@@ -21,6 +21,7 @@ from typing import Protocol
 
 from pydantic import BaseModel
 
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.errors import LimiterUnavailable
 from gateway.limits.config import LimitsConfig, LimitValues
 from gateway.limits.headers import Header, quota_headers, refusal_error
@@ -66,7 +67,8 @@ class Reservation:
 NO_RESERVATION = Reservation(None, 0)
 
 
-def build_backend(config: LimitsConfig) -> LimiterBackend:
+def build_backend(config: LimitsConfig, clock: Clock = SYSTEM_CLOCK) -> LimiterBackend:
+    """In-process (on the app's clock), or Redis (on Redis's own, one clock for all replicas)."""
     if config.backend == "redis":
         assert config.redis_url is not None  # the config validator guarantees it
         return RedisLimiter(
@@ -76,7 +78,7 @@ def build_backend(config: LimitsConfig) -> LimiterBackend:
             max_connections=config.redis_max_connections,
             timeout=config.redis_timeout,
         )
-    return MemoryLimiter()
+    return MemoryLimiter(clock=clock.wall)
 
 
 class RateLimiter:
@@ -94,9 +96,11 @@ class RateLimiter:
         self._anonymous = () if defaults.unlimited else (Subject("key", ANONYMOUS, defaults),)
 
     @classmethod
-    def build(cls, config: LimitsConfig, metrics: GatewayMetrics) -> RateLimiter:
+    def build(
+        cls, config: LimitsConfig, metrics: GatewayMetrics, clock: Clock = SYSTEM_CLOCK
+    ) -> RateLimiter:
         limit_metrics = LimitMetrics(metrics.registry, metrics.rate_limit_refusals)
-        return cls(config, build_backend(config), limit_metrics)
+        return cls(config, build_backend(config, clock), limit_metrics)
 
     async def admit(
         self, request_id: str, subjects: tuple[Subject, ...], tokens: int

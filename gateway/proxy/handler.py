@@ -7,6 +7,10 @@ principal down with the request. Then each stage returns a value to the next:
     route -> plan; forward -> attempt; relay -> what was delivered;
     settle -> usage -> one Outcome, handed to every consumer (gateway/proxy/record.py)
 
+The values handed between stages are in gateway/proxy/stages.py: :class:`Admitted`, then one
+:class:`Exchange` per admitted request (its arrival, table snapshot, admission, relay and
+attempts: the attempts own every replica taken, and give each back), then :class:`Ended`.
+
 Everything after admission runs inside one ``try/finally``: every admitted request is settled
 exactly once and leaves exactly one ledger row, however it ends (an error raised after
 admission, the client gone before the first byte, a reload or a shutdown mid-request).
@@ -20,60 +24,22 @@ import asyncio
 from gateway.asgi import Receive, Scope, Send
 from gateway.errors import GatewayError
 from gateway.flow.gate import Waited
-from gateway.limits.admission import Reservation
 from gateway.proxy.disconnect import DisconnectWatch
 from gateway.proxy.record import Recorder
 from gateway.proxy.relay import Relay
+from gateway.proxy.stages import Admitted, Ended, Exchange
 from gateway.responses.request import parse_responses
 from gateway.responses.translator import translator_for
-from gateway.routing.dispatch import Attempt, Dispatcher, Trail
+from gateway.routing.attempts import Attempt
 from gateway.routing.pools import Pool, Replica
 from gateway.routing.router import RoutePlan
 from gateway.routing.service import Caller
 from gateway.runtime.state import GatewayState
 from gateway.runtime.table import ModelRoute, RoutingTable
-from gateway.telemetry.attempt import UpstreamAttempts
 from gateway.tokens.counting import PromptTokens
 from gateway.upstream.client import UpstreamResponse
-from gateway.values import value
-from gateway.wire.outcome import (
-    NOTHING_DELIVERED,
-    NOWHERE,
-    PRINCIPAL_KEY,
-    Arrival,
-    Delivered,
-    Ending,
-    RouteFacts,
-    arrival_of,
-)
+from gateway.wire.outcome import PRINCIPAL_KEY, Arrival, Ending, arrival_of
 from gateway.wire.request import BodyShape, Operation, ParsedRequest, parse_request, read_body
-
-
-@value
-class Admitted:
-    """What the stages before the exchange decided, for the stages after it."""
-
-    request: ParsedRequest
-    route: ModelRoute
-    prompt: PromptTokens
-    reservation: Reservation
-
-
-@value
-class Exchanged:
-    """How the upstream exchange went: where it was served, what reached the client."""
-
-    ending: Ending
-    route: RouteFacts
-    delivered: Delivered
-    sent_upstream: bool
-    """The request left for an upstream replica (the upstream may have started on it)."""
-    plan: RoutePlan | None
-    attempts: UpstreamAttempts
-    error: BaseException | None = None
-    """Raised again once the request is recorded: a shutdown's cancellation, or a bug."""
-    waited: Waited | None = None
-    """Its time in the flow-control queue (None: flow control is off)."""
 
 
 class ProxyEndpoint:
@@ -94,13 +60,14 @@ class ProxyEndpoint:
             admitted = await self._admit(scope, receive, send, arrival, table)
             if admitted is None:
                 return
-            exchanged = None
+            exchange = Exchange.open(arrival, table, admitted, send, self.state.tracing)
+            ended = None
             try:
-                exchanged = await self._exchange(scope, receive, send, arrival, table, admitted)
+                ended = await self._exchange(scope, receive, exchange)
             finally:  # settle and record: exactly once, whatever happened
-                self.recorder.admitted(scope, arrival, table, admitted, exchanged)
-            if exchanged.error is not None:
-                raise exchanged.error
+                self.recorder.admitted(scope, exchange, ended)
+            if ended.error is not None:
+                raise ended.error
 
     async def _admit(
         self, scope: Scope, receive: Receive, send: Send, arrival: Arrival, table: RoutingTable
@@ -122,7 +89,7 @@ class ProxyEndpoint:
         except GatewayError as err:
             relay = Relay(send, strip_usage=False)
             await relay.refuse(err, ())
-            self.recorder.refused(scope, arrival, request, route, relay.delivered())
+            self.recorder.refused(scope, request, route, relay.delivered())
             return None
         return Admitted(request, route, prompt, reservation)
 
@@ -131,36 +98,26 @@ class ProxyEndpoint:
             return parse_responses(body, max_tokens_limit, self.shape)
         return parse_request(self.operation, body, max_tokens_limit, self.shape)
 
-    async def _exchange(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        arrival: Arrival,
-        table: RoutingTable,
-        admitted: Admitted,
-    ) -> Exchanged:
+    async def _exchange(self, scope: Scope, receive: Receive, exchange: Exchange) -> Ended:
         """Route, forward (retries and failover inside), relay; cancelled at once if the client
         goes away. Returns how it ended, a client that left included."""
-        request = admitted.request
-        relay = Relay(send, strip_usage=request.strip_usage)
-        trail: Trail = []
-        attempts = UpstreamAttempts(self.state.tracing, arrival, request)
         watch = DisconnectWatch(receive)
         plan: RoutePlan | None = None
         error: BaseException | None = None
         gate = self.state.flow
         waited = gate.start(scope) if gate is not None else None
         try:
-            caller = _caller(scope)
-            plan = table.routing.plan(
-                admitted.route.router, request, scope, caller, admitted.prompt
-            )
-            if gate is not None and waited is not None:  # holds its reservation meanwhile
-                waited = await gate.wait(waited, plan, request, admitted.prompt)
-            ending = await self._serve(
-                scope, table, plan, admitted, arrival, attempts, relay, trail
-            )
+            with exchange.attempts:  # every replica taken is given back when this block ends
+                plan = exchange.table.routing.plan(
+                    exchange.admitted.route.router,
+                    exchange.request,
+                    scope,
+                    _caller(scope),
+                    exchange.admitted.prompt,
+                )
+                if gate is not None and waited is not None:  # holds its reservation meanwhile
+                    await gate.wait(waited, plan, exchange.request, exchange.admitted.prompt)
+                ending = await self._serve(scope, exchange, plan)
         except asyncio.CancelledError as cancelled:
             if watch.client_gone():
                 ending = Ending.CLIENT_GONE
@@ -168,35 +125,16 @@ class ProxyEndpoint:
                 ending, error = Ending.SHUTDOWN, cancelled
         except GatewayError as err:  # before the answer started: mid-stream ones end the stream
             ending = _failed_before_answer(plan, waited)
-            route = trail[-1] if trail else NOWHERE
-            await relay.refuse(err, [*admitted.reservation.headers, *route.headers()])
+            headers = [*exchange.admitted.reservation.headers, *exchange.attempts.route.headers()]
+            await exchange.relay.refuse(err, headers)
         except Exception as bug:  # recorded like any other end, then raised for the 500
             ending, error = Ending.GATEWAY_ERROR, bug
         finally:
             watch.stop()
-        return Exchanged(
-            ending,
-            trail[-1] if trail else NOWHERE,
-            relay.delivered() if relay.started else NOTHING_DELIVERED,
-            bool(trail) and trail[-1].replica is not None,
-            plan,
-            attempts,
-            error,
-            waited,
-        )
+        return Ended(ending, plan, error, waited)
 
-    async def _serve(
-        self,
-        scope: Scope,
-        table: RoutingTable,
-        plan: RoutePlan,
-        admitted: Admitted,
-        arrival: Arrival,
-        attempts: UpstreamAttempts,
-        relay: Relay,
-        trail: Trail,
-    ) -> Ending:
-        request = admitted.request
+    async def _serve(self, scope: Scope, exchange: Exchange, plan: RoutePlan) -> Ending:
+        request, arrival, attempts = exchange.request, exchange.arrival, exchange.attempts
 
         async def send_via(pool: Pool, replica: Replica, model: str | None) -> UpstreamResponse:
             headers = _upstream_headers(scope, arrival, pool)
@@ -204,24 +142,26 @@ class ProxyEndpoint:
                 path, body = self.native_path, request.native_body(model)
             else:
                 path, body = self.path, request.with_model(model)
-            with attempts.sending(replica.label) as attempt:  # one client span per attempt
-                headers.extend(attempt.headers)  # its W3C traceparent
+            with exchange.spans.sending(replica.label) as span:  # one client span per attempt
+                headers.extend(span.headers)  # its W3C traceparent
                 response = await pool.client.send(replica.url + path, headers, body)
-                return attempt.answered(response)
+                return span.answered(response)
 
-        attempt = await table.routing.dispatcher.first_answer(plan, send_via, trail)
-        headers = [*admitted.reservation.headers, *trail[-1].headers()]
+        attempt = await exchange.table.routing.dispatcher.first_answer(plan, send_via, attempts)
+        headers = [*exchange.admitted.reservation.headers, *attempts.route.headers()]
         native = _native(request, attempt.pool)
         translator = translator_for(request, arrival.request_id, native=native)
+        relay = exchange.relay
         try:
             clean = await relay.answer(attempt.response, headers, translator)
         except GatewayError as err:  # the whole answer failed before it was sent
-            _finish(attempt, err.code or "error", reusable=False)
+            attempts.settle(err.code or "error", reusable=False)
             raise
         except BaseException:  # cancelled: the client left, or the gateway is stopping
-            _finish(attempt, _upstream_failure(attempt, relay), reusable=False, abandoned=True)
+            failure = _upstream_failure(attempt, relay)
+            attempts.settle(failure, reusable=False, abandoned=failure is None)
             raise
-        _finish(attempt, _upstream_failure(attempt, relay), reusable=clean)
+        attempts.settle(_upstream_failure(attempt, relay), reusable=clean)
         return Ending.COMPLETE if clean else Ending.UPSTREAM_FAILED
 
 
@@ -246,18 +186,6 @@ def _upstream_failure(attempt: Attempt, relay: Relay) -> str | None:
     if status >= 500:
         return f"status {status}"
     return relay.error_code  # the stream broke or stalled
-
-
-def _finish(
-    attempt: Attempt, failure: str | None, *, reusable: bool, abandoned: bool = False
-) -> None:
-    """The connection back to the pool (or dropped), the replica freed, its breaker told; a
-    client that left gives no verdict unless the upstream had failed already."""
-    if reusable:
-        attempt.response.release()
-    else:  # unread bytes or a cancelled read: the connection cannot be reused
-        attempt.response.abort()
-    Dispatcher.finish(attempt, failure, abandoned=abandoned and failure is None)
 
 
 def _caller(scope: Scope) -> Caller:

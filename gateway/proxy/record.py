@@ -11,31 +11,26 @@ half way, so a client that left or a shutdown still settles and records.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from gateway.asgi import Scope
-from gateway.flow.gate import Waited
 from gateway.metrics import GatewayMetrics
+from gateway.proxy.stages import Ended, Exchange, Settled
 from gateway.runtime.state import GatewayState
-from gateway.runtime.table import ModelRoute, RoutingTable
+from gateway.runtime.table import ModelRoute
 from gateway.telemetry.attempt import prompt_length_band
 from gateway.telemetry.server import current_trace_id
 from gateway.wire.outcome import (
     NOTHING_DELIVERED,
     NOWHERE,
     PRINCIPAL_KEY,
-    Arrival,
     Delivered,
     Ending,
     Outcome,
-    RouteFacts,
+    arrival_of,
     outcome_slot,
 )
 from gateway.wire.request import ParsedRequest
-from gateway.wire.usage import NOTHING, Usage, settle_usage
-
-if TYPE_CHECKING:
-    from gateway.proxy.handler import Admitted, Exchanged
+from gateway.wire.usage import settle_usage
 
 
 class Recorder:
@@ -46,38 +41,29 @@ class Recorder:
     def refused(
         self,
         scope: Scope,
-        arrival: Arrival,
         request: ParsedRequest | None,
         route: ModelRoute | None,
         delivered: Delivered,
     ) -> None:
         """A request answered with an error before admission: no reservation, no ledger row."""
-        outcome = self._outcome(
-            scope, arrival, request, route, NOWHERE, delivered, Ending.REFUSED, NOTHING
-        )
+        outcome = self._outcome(scope, request, route, Settled(Ending.REFUSED, delivered=delivered))
         observe(self.state.metrics, outcome)
         outcome_slot(scope).put(outcome)
 
-    def admitted(
-        self,
-        scope: Scope,
-        arrival: Arrival,
-        table: RoutingTable,
-        admitted: Admitted,
-        exchanged: Exchanged | None,
-    ) -> None:
-        """An admitted request, however it ended (``exchanged`` None: the pipeline itself broke)."""
+    def admitted(self, scope: Scope, exchange: Exchange, ended: Ended | None) -> None:
+        """An admitted request, however it ended (``ended`` None: the pipeline itself broke)."""
+        admitted = exchange.admitted
         request, route = admitted.request, admitted.route
-        if exchanged is None:
-            where, delivered, ending, reached = (
+        if ended is None:
+            ending, where, delivered, reached = (
+                Ending.GATEWAY_ERROR,
                 NOWHERE,
                 NOTHING_DELIVERED,
-                Ending.GATEWAY_ERROR,
                 False,
             )
         else:
-            where, delivered, ending = exchanged.route, exchanged.delivered, exchanged.ending
-            reached = _reached(exchanged)
+            ending, where, delivered = ended.ending, exchange.attempts.route, exchange.delivered()
+            reached = _reached(ending, delivered, exchange.attempts.sent)
         usage = settle_usage(
             reported=delivered.upstream_usage,
             reached=reached,
@@ -87,47 +73,35 @@ class Recorder:
             content_events=delivered.content_events,
             count_text=route.counter.count_text,
         )
-        outcome = self._outcome(
-            scope,
-            arrival,
-            request,
-            route,
+        settled = Settled(
+            ending,
             where,
             delivered,
-            ending,
             usage,
-            admitted=True,
-            reached=reached,
+            True,
+            reached,
             prompt_tokens=admitted.prompt.counted,
-            waited=None if exchanged is None else exchanged.waited,
+            waited=None if ended is None else ended.waited,
         )
+        outcome = self._outcome(scope, request, route, settled)
         self.state.accounting.settle(admitted.reservation, outcome)
         observe(self.state.metrics, outcome)
-        if exchanged is not None:
-            if exchanged.plan is not None:
-                table.routing.observe(route.router, exchanged.plan, outcome)
-            exchanged.attempts.end(outcome)
+        if ended is not None:
+            if ended.plan is not None:
+                exchange.table.routing.observe(route.router, ended.plan, outcome)
+            exchange.spans.end(outcome)
         outcome_slot(scope).put(outcome)
 
     def _outcome(
         self,
         scope: Scope,
-        arrival: Arrival,
         request: ParsedRequest | None,
         route: ModelRoute | None,
-        where: RouteFacts,
-        delivered: Delivered,
-        ending: Ending,
-        usage: Usage,
-        *,
-        admitted: bool = False,
-        reached: bool = False,
-        prompt_tokens: int | None = None,
-        waited: Waited | None = None,
+        settled: Settled,
     ) -> Outcome:
         principal = scope.get(PRINCIPAL_KEY)
         return Outcome(
-            arrival=arrival,
+            arrival=arrival_of(scope),
             method=scope["method"],
             path=scope["path"],
             operation=None if request is None else request.operation,
@@ -135,26 +109,26 @@ class Recorder:
             stream=None if request is None else request.stream,
             tenant_id=None if principal is None else principal.tenant_id,
             key_id=None if principal is None else principal.key_id,
-            route=where,
-            delivered=delivered,
-            ending=ending,
-            admitted=admitted,
-            reached_upstream=reached,
-            usage=usage,
-            prompt_tokens=prompt_tokens,
+            route=settled.route,
+            delivered=settled.delivered,
+            ending=settled.ending,
+            admitted=settled.admitted,
+            reached_upstream=settled.reached,
+            usage=settled.usage,
+            prompt_tokens=settled.prompt_tokens,
             finished=time.perf_counter(),
             trace_id=current_trace_id() if self.tracing_on else None,
-            queued=0.0 if waited is None else waited.seconds,
-            band=None if waited is None else waited.band,
+            queued=0.0 if settled.waited is None else settled.waited.seconds,
+            band=None if settled.waited is None else settled.waited.band,
         )
 
 
-def _reached(exchanged: Exchanged) -> bool:
+def _reached(ending: Ending, delivered: Delivered, sent: bool) -> bool:
     """The upstream accepted the request (a 2xx answer), or the client left after it was sent:
     the prefill may have run, so leaving early is never free."""
-    if 200 <= exchanged.delivered.upstream_status < 300:
+    if 200 <= delivered.upstream_status < 300:
         return True
-    return exchanged.ending is Ending.CLIENT_GONE and exchanged.sent_upstream
+    return ending is Ending.CLIENT_GONE and sent
 
 
 def observe(metrics: GatewayMetrics, outcome: Outcome) -> None:

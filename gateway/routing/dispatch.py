@@ -7,45 +7,30 @@ answer before the first-byte deadline) is retried there instead, within the same
 budget, and a canary with no replica that can take the request hands it to the baseline at once
 (no attempt made, no budget spent). Retries happen only here, before the response is handed to
 the relay, so never after a byte reached the client. The replica's breaker learns every outcome,
-the one of the relayed response included::
+the one of the relayed response included (:class:`gateway.routing.attempts.Attempts` holds
+the replicas and gives them back)::
 
-    attempt = await dispatcher.first_answer(plan, send_to, trail)
-    try:
-        await relay(attempt.response)
-    finally:
-        dispatcher.finish(attempt, failure)
+    with Attempts() as attempts:
+        attempt = await dispatcher.first_answer(plan, send_to, attempts)
+        clean = await relay(attempt.response)
+        attempts.settle(failure, reusable=clean)
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from gateway.errors import GatewayError, NoHealthyUpstream, UpstreamTimeout
+from gateway.errors import NoHealthyUpstream
+from gateway.routing.attempts import Attempt, Attempts
 from gateway.routing.config import RetryConfig
 from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.pools import Pool, Replica
 from gateway.routing.router import RoutePlan
-from gateway.upstream.client import UpstreamConnectError, UpstreamResponse
-from gateway.values import value
-from gateway.wire.outcome import RouteFacts
+from gateway.upstream.client import UpstreamResponse
 
 SendTo = Callable[[Pool, Replica, str | None], Awaitable[UpstreamResponse]]
 """``await send_to(pool, replica, upstream_model)``: the upstream's response, at its headers."""
-
-Trail = list[RouteFacts]
-"""Where each attempt of one request went, in order; the last is where it was served (or, when
-no pool could take it, why not)."""
-
-
-@value
-class Attempt:
-    pool: Pool
-    replica: Replica
-    response: UpstreamResponse
-    prompt_tokens: int = 0
-    """Counted on the pool and replica while the attempt lasts (the gateway's own load view)."""
 
 
 class RetryBudget:
@@ -89,15 +74,15 @@ class Dispatcher:
         self.budget = budget or RetryBudget(config)
         self.metrics = metrics
 
-    async def first_answer(self, plan: RoutePlan, send_to: SendTo, trail: Trail) -> Attempt:
-        """The first attempt that answered (retries and failover done), its replica taken:
-        pair with :meth:`finish`. Raises the gateway error of the last failed attempt."""
+    async def first_answer(self, plan: RoutePlan, send_to: SendTo, attempts: Attempts) -> Attempt:
+        """The first attempt that answered (retries and failover done), its replica held by
+        ``attempts`` until settled. Raises the gateway error of the last failed attempt."""
         self.budget.on_request()
         tried: list[Replica] = []
         number = 0
         while True:
             try:
-                pool, replica = self._take(plan, tried, trail)
+                pool, replica = self._take(plan, tried, attempts)
             except NoHealthyUpstream:
                 if plan.fallback is None:
                     raise
@@ -106,11 +91,10 @@ class Dispatcher:
             tried.append(replica)
             number += 1
             last = number >= self.max_attempts
-            tokens = plan.prompt_tokens
             try:
                 response = await send_to(pool, replica, plan.variant.upstream_model)
             except BaseException as err:
-                cause = _settle_failed(pool, replica, err, tokens)
+                cause = attempts.failed(err)
                 if cause is None or last:
                     raise
                 if self._may_fail_over(plan):
@@ -120,25 +104,13 @@ class Dispatcher:
                     continue
                 raise
             if response.status < 500 or last:
-                return Attempt(pool, replica, response, tokens)
+                return attempts.answered(response)
             failing_over = self._may_fail_over(plan)
             if not failing_over and not self._may_retry(plan, pool, "status_5xx", tried):
-                return Attempt(pool, replica, response, tokens)
-            response.abort()
-            pool.give_back(replica, tokens)
-            pool.record(replica, f"status {response.status}")
+                return attempts.answered(response)
+            attempts.retrying(response)
             if failing_over:
                 plan = self._fail_over(plan, "status_5xx")
-
-    @staticmethod
-    def finish(attempt: Attempt, failure: str | None, *, abandoned: bool = False) -> None:
-        """Give the attempt's replica back and tell its breaker how it went: ``failure`` None
-        when the replica did its job; ``abandoned`` (the client left) gives no verdict."""
-        attempt.pool.give_back(attempt.replica, attempt.prompt_tokens)
-        if abandoned:
-            attempt.replica.breaker.abandon()
-        else:
-            attempt.pool.record(attempt.replica, failure)
 
     def _may_fail_over(self, plan: RoutePlan) -> bool:
         """A failed canary attempt may move to the baseline while the retry budget lasts."""
@@ -163,38 +135,20 @@ class Dispatcher:
         self.metrics.retries.labels(plan.model, pool.name, cause).inc()
         return True
 
-    def _take(self, plan: RoutePlan, tried: list[Replica], trail: Trail) -> tuple[Pool, Replica]:
+    def _take(
+        self, plan: RoutePlan, tried: list[Replica], attempts: Attempts
+    ) -> tuple[Pool, Replica]:
         variant = plan.variant.name
         try:
             pool, reason, skipped = _pick(plan, tried)
         except _NoPool as none:
-            trail.append(RouteFacts(variant, None, None, plan.pools[0][1] + "+unavailable"))
+            attempts.unavailable(variant, plan.pools[0][1] + "+unavailable")
             raise NoHealthyUpstream(
                 f"No upstream can take this request now ({none.why}); try again shortly.",
                 headers={"retry-after": "1"},
             ) from None
-        replica = pool.take(tried, plan.scores(pool), plan.prompt_tokens, plan.blocks)
         why = reason if skipped is None else f"{reason}+failover_{skipped}"
-        trail.append(RouteFacts(variant, pool.name, replica.label, why))  # credentials redacted
-        return pool, replica
-
-
-def _settle_failed(
-    pool: Pool, replica: Replica, err: BaseException, prompt_tokens: int
-) -> str | None:
-    """Free the replica of an attempt that raised and tell its breaker; the cause when the
-    request may go elsewhere (``connect``; ``timeout``, only to a canary's baseline)."""
-    pool.give_back(replica, prompt_tokens)
-    if isinstance(err, UpstreamConnectError):
-        pool.trip(replica, err.message)
-        return "connect"
-    if isinstance(err, asyncio.CancelledError):
-        replica.breaker.abandon()
-    elif isinstance(err, GatewayError):
-        pool.record(replica, err.code or "error")
-        if isinstance(err, UpstreamTimeout):
-            return "timeout"
-    return None
+        return pool, attempts.take(pool, tried, variant, why, plan)
 
 
 def _pick(plan: RoutePlan, tried: list[Replica]) -> tuple[Pool, str, str | None]:

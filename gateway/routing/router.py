@@ -136,12 +136,14 @@ class ModelRouter:
         config: ModelConfig,
         pools: Mapping[str, Pool],
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.name = name
         self.config = config
         self.policy: RoutingPolicy = config.routing
         self.canary: CanaryConfig | None = config.canary
         self._clock = clock
+        self._wall = wall
         window = self.canary.window_seconds if self.canary else 60.0
         self.variants = {
             v: Variant(v, vc, pools, window, config.upstream_model)
@@ -187,7 +189,7 @@ class ModelRouter:
         target.weight = target.held_weight = weight
         target.rolled_back = False
         if lifted:
-            target.reenabled = Event(time.time(), by)
+            target.reenabled = Event(self._wall(), by)
             logger.warning(
                 "canary re-enabled",
                 extra={
@@ -353,8 +355,8 @@ class ModelRouter:
         variant.held_weight = variant.weight
         variant.weight = 0.0
         variant.rolled_back = True
-        variant.rollback = Event(decided_at or time.time(), by, reason)
-        variant.rollback_applied_at = time.time()
+        variant.rollback = Event(decided_at or self._wall(), by, reason)
+        variant.rollback_applied_at = self._wall()
         self._weighted = self._weights()
         logger.warning(
             "canary rolled back",

@@ -30,6 +30,7 @@ import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.errors import RoutingStateUnavailable
 from gateway.routing.canary import summarise, verdict
 from gateway.routing.metrics import RoutingMetrics
@@ -80,6 +81,7 @@ class RedisCanaries:
         timeout: float = 0.5,
         sync_seconds: float = SYNC_SECONDS,
         judge_seconds: float = JUDGE_SECONDS,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._redis = aioredis.Redis.from_url(
             url, socket_timeout=timeout, socket_connect_timeout=timeout
@@ -94,6 +96,7 @@ class RedisCanaries:
         self._judge_seconds = judge_seconds
         self._task: asyncio.Task[None] | None = None
         self._failing = False
+        self._clock = clock  # the decisions' times; the sync loop keeps real time (it sleeps)
 
     def describe(self) -> str:
         return f"redis (replica {self.replica})"
@@ -160,7 +163,7 @@ class RedisCanaries:
         return f"{self.replica}|{self._seq}|{int(error)}|{'' if ttft is None else repr(ttft)}"
 
     async def _decide(self, router: ModelRouter, variant: Variant, reason: str) -> None:
-        at = time.time()
+        at = self._clock.wall()
         record = {"reason": reason, "at": at, "by": self.replica}
         state = self._key(router, "state")
         if await self._redis.hsetnx(state, "rollback:" + variant.name, orjson.dumps(record)):
@@ -198,7 +201,7 @@ class RedisCanaries:
 
     async def set_weight(self, router: ModelRouter, variant: str, weight: float, by: str) -> None:
         target = router.variant(variant)  # an unknown variant is refused before Redis is asked
-        at = time.time()
+        at = self._clock.wall()
         record = {"weight": weight, "at": at, "by": by}
         try:
             async with self._redis.pipeline(transaction=True) as pipe:

@@ -68,6 +68,7 @@ class ConfigReloader:
             old,
             counters,
             shared_canary=state.canaries.shared,
+            clock=state.clock,
         )
         fresh = [pool for name, pool in new.pools.items() if old.pools.get(name) is not pool]
         await state.watch_pools(fresh)  # first health check before taking traffic

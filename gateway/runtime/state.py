@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from gateway.accounting.stage import Accounting
 from gateway.auth.service import AuthService, build_auth
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import GatewayConfig
 from gateway.flow.gate import FlowGate
 from gateway.flow.metrics import FlowMetrics
@@ -51,6 +52,8 @@ class GatewayState:
     """None when ``auth.enabled`` is false: no keys asked, every model visible."""
     canaries: Canaries
     """Where canary judgements are made: each router's own, or the deployment's (Redis)."""
+    clock: Clock = SYSTEM_CLOCK
+    """What every part of the app reads the time from (gateway/clock.py)."""
     started_at: int = field(default_factory=lambda: int(time.time()))
     _health_tasks: list[asyncio.Task[None]] = field(default_factory=list)
     tracing: Tracing = field(default_factory=lambda: build_tracing(TracingConfig(), {}))
@@ -63,15 +66,18 @@ class GatewayState:
 
     @classmethod
     def build(
-        cls, config: GatewayConfig, upstream_factory: UpstreamFactory = Http1Upstream
+        cls,
+        config: GatewayConfig,
+        upstream_factory: UpstreamFactory = Http1Upstream,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> GatewayState:
         metrics = GatewayMetrics()
         routing_metrics = RoutingMetrics(metrics)
-        canaries = build_canaries(config, routing_metrics)
+        canaries = build_canaries(config, routing_metrics, clock)
         table = build_table(
-            config, upstream_factory, routing_metrics, shared_canary=canaries.shared
+            config, upstream_factory, routing_metrics, shared_canary=canaries.shared, clock=clock
         )
-        limiter = RateLimiter.build(config.limits, metrics)
+        limiter = RateLimiter.build(config.limits, metrics, clock)
         accounting = Accounting(config.accounting, limiter, metrics)
         database = Database.open(config.storage)
         flow = FlowGate(config.flow, FlowMetrics(metrics)) if config.flow.enabled else None
@@ -83,8 +89,10 @@ class GatewayState:
             upstream_factory,
             accounting,
             database,
-            build_auth(config.auth, config.storage, database),
+            build_auth(config.auth, config.storage, database, clock),
             canaries,
+            clock,
+            started_at=int(clock.wall()),
             tracing=build_tracing(config.tracing, os.environ),
             flow=flow,
             shared_load=build_shared_load(config),
@@ -151,7 +159,9 @@ def build_shared_load(config: GatewayConfig) -> SharedLoad | None:
     )
 
 
-def build_canaries(config: GatewayConfig, metrics: RoutingMetrics) -> Canaries:
+def build_canaries(
+    config: GatewayConfig, metrics: RoutingMetrics, clock: Clock = SYSTEM_CLOCK
+) -> Canaries:
     """The deployment's judge where the rate limits are shared (Redis); else each router's."""
     limits = config.limits
     if limits.enabled and limits.backend == "redis":
@@ -161,6 +171,7 @@ def build_canaries(config: GatewayConfig, metrics: RoutingMetrics) -> Canaries:
             prefix=limits.key_prefix + ":canary",
             metrics=metrics,
             timeout=limits.redis_timeout,
+            clock=clock,
         )
     return LocalCanaries(metrics)
 

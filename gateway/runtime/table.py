@@ -22,12 +22,13 @@ from typing import Any
 
 from gateway.auth.access import may_see
 from gateway.auth.models import Principal
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import GatewayConfig
 from gateway.errors import ModelNotFound
 from gateway.metrics import GatewayMetrics
 from gateway.routing.breaker import BreakerState
 from gateway.routing.config import PoolConfig
-from gateway.routing.dispatch import Dispatcher
+from gateway.routing.dispatch import Dispatcher, RetryBudget
 from gateway.routing.gauges import EngineGauges
 from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.policy import SATURATION_REASONS
@@ -78,8 +79,11 @@ class RoutingTable:
             self.in_flight -= 1
 
 
-def build_routing(config: GatewayConfig, metrics: RoutingMetrics) -> Routing:
-    return Routing(Dispatcher(config.retries, metrics), metrics)
+def build_routing(
+    config: GatewayConfig, metrics: RoutingMetrics, clock: Clock = SYSTEM_CLOCK
+) -> Routing:
+    budget = RetryBudget(config.retries, clock.monotonic)
+    return Routing(Dispatcher(config.retries, metrics, budget), metrics)
 
 
 def build_table(
@@ -90,10 +94,12 @@ def build_table(
     counters: Mapping[str, TokenCounter] | None = None,
     *,
     shared_canary: bool = False,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> RoutingTable:
     """A table for ``config``; pools unchanged since ``previous`` are carried over as they are
     (health, breakers, in-flight counts, client), new or changed ones get a fresh client.
-    ``shared_canary``: the deployment judges canaries from shared samples, not each router."""
+    ``shared_canary``: the deployment judges canaries from shared samples, not each router;
+    ``clock``: the app's (breakers, retry budget, canary windows)."""
     kept = {} if previous is None else previous.pools
     pools: dict[str, Pool] = {}
     for name, pool_config in config.pools.items():
@@ -101,16 +107,17 @@ def build_table(
         if old is not None and old.config == pool_config:
             pools[name] = old
         else:
-            pools[name] = Pool(name, pool_config, client=upstream_factory(pool_config))
+            client = upstream_factory(pool_config)
+            pools[name] = Pool(name, pool_config, client=client, clock=clock.monotonic)
     if counters is None:
         counters = model_counters(config)
     if previous is not None and config.retries == previous.config.retries:
         routing = previous.routing
     else:
-        routing = build_routing(config, routing_metrics)
+        routing = build_routing(config, routing_metrics, clock)
     models = {}
     for name, model in config.models.items():
-        router = ModelRouter(name, model, pools)
+        router = ModelRouter(name, model, pools, clock.monotonic, clock.wall)
         router.on_rollback = routing.on_rollback(router)
         router.judge_locally = not shared_canary
         if previous is not None and name in previous.models:

@@ -3,7 +3,7 @@
 Pure ASGI, outermost: a request over the cap costs one counter check and a small answer. The
 probes stay outside the cap, so an overloaded replica is not restarted by its liveness probe.
 
-    app = InFlightLimit(create_app(config), limit=1024)
+    InFlightLimit(app, limit=1024)   # applied by create_app, outside everything else
 """
 
 from __future__ import annotations

@@ -2,17 +2,18 @@
 
 uvicorn pickles its Config into each worker process, so what the protocol needs travels on it:
 the ``server:`` section and the per-process table of idle connections the cap evicts from.
+It knows the protocol only as uvicorn's own httptools protocol, so the edge protocol
+(gateway/server/protocol.py) imports this module and not the other way round.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-if TYPE_CHECKING:
-    from gateway.config import ServerConfig
-    from gateway.server.protocol import EdgeHttpToolsProtocol
+from gateway.config import ServerConfig
 
 
 class EdgeUvicornConfig(uvicorn.Config):
@@ -23,7 +24,7 @@ class EdgeUvicornConfig(uvicorn.Config):
         self.limits = limits
         self.effective_max_connections = max_connections
         # Connections with no request in progress, the longest idle first (dicts keep order).
-        self.waiting: dict[EdgeHttpToolsProtocol, None] = {}
+        self.waiting: dict[HttpToolsProtocol, None] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -8,6 +8,7 @@ received ``k`` body messages (``0``: right after sending the request)::
     async with running_gateway(tmp_path, scripts) as gw:
         reply = await gw.call("/v1/chat/completions", body, leave_after=1)
         reply.outcome            # the request's one Outcome
+        gw.clock.advance(60)     # the app's clock: limits, key cache, canary, ledger times
     gw.ledger_rows()             # after shutdown, every row flushed
 """
 
@@ -26,19 +27,20 @@ import orjson
 from starlette.applications import Starlette
 
 from gateway.app import create_app
+from gateway.clock import Clock, ManualClock
 from gateway.config import GatewayConfig, parse_config
 from gateway.limits.memory import MemoryLimiter
 from gateway.limits.types import Ticket
 from gateway.runtime.state import GatewayState
-from gateway.wire.outcome import Outcome, outcome_slot
+from gateway.wire.outcome import OUTCOME_KEY, Outcome
 from tests.seam.upstream import Script, ScriptedUpstream, factory
 
 
 class CountingLimiter(MemoryLimiter):
     """The real in-process limiter, counting its settlements per request id."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(clock=clock.wall)
         self.settled: Counter[str] = Counter()
 
     def settle(self, ticket: Ticket, used_tokens: int) -> None:
@@ -67,6 +69,8 @@ class Gateway:
     upstreams: list[ScriptedUpstream]
     limiter: CountingLimiter
     db_path: Path
+    clock: ManualClock
+    """The app's clock: time moves only when the test advances it."""
     outcomes: list[Outcome] = field(default_factory=list)
 
     async def call(
@@ -101,7 +105,8 @@ class Gateway:
 
         scope = _scope(path, headers)
         await self.app(scope, receive, send)
-        outcome = outcome_slot(scope).value
+        slot = scope.get(OUTCOME_KEY)  # none when refused before the gateway's own layers
+        outcome = None if slot is None else slot.value
         if outcome is not None:
             self.outcomes.append(outcome)
         start = next((m for m in messages if m["type"] == "http.response.start"), None)
@@ -156,10 +161,12 @@ async def running_gateway(
     tmp_path: Path, scripts: dict[str, Script], **overrides: Any
 ) -> AsyncIterator[Gateway]:
     made, make = factory(scripts)
-    app = create_app(gateway_config(tmp_path, **overrides), upstream_factory=make)  # type: ignore[arg-type]
+    clock = ManualClock()
+    config = gateway_config(tmp_path, **overrides)
+    app = create_app(config, upstream_factory=make, clock=clock)  # type: ignore[arg-type]
     state: GatewayState = app.state.gateway
-    limiter = CountingLimiter()
+    limiter = CountingLimiter(clock)
     state.accounting.limiter.backend = limiter
-    gateway = Gateway(app, state, made, limiter, tmp_path / "gateway.db")
+    gateway = Gateway(app, state, made, limiter, tmp_path / "gateway.db", clock)
     async with app.router.lifespan_context(app):
         yield gateway

@@ -1,0 +1,157 @@
+"""One request's attempts at upstream replicas: where each went, and the replica each holds.
+
+:class:`Attempts` is a context manager that owns every replica the request takes. The dispatcher
+takes a replica through it (:meth:`Attempts.take`) and hands a failed attempt's replica back at
+once (:meth:`Attempts.failed`, :meth:`Attempts.retrying`); the attempt that answered keeps its
+replica while the answer is relayed, and gives it back with the verdict on how the replica did
+(:meth:`Attempts.settle`), or, when the block ends without one (the client left, the gateway is
+stopping, a bug), when the block ends, with no verdict held against the replica::
+
+    with Attempts() as attempts:
+        attempt = await dispatcher.first_answer(plan, send_to, attempts)
+        clean = await relay(attempt.response)
+        attempts.settle(failure, reusable=clean)
+    attempts.route      # where the request was served (or, no pool could take it, why not)
+    attempts.sent       # a replica was taken: the request left for the upstream
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection
+from types import TracebackType
+
+from gateway.errors import GatewayError, UpstreamTimeout
+from gateway.routing.pools import Pool, Replica
+from gateway.routing.router import RoutePlan
+from gateway.upstream.client import UpstreamConnectError, UpstreamResponse
+from gateway.values import value
+from gateway.wire.outcome import NOWHERE, RouteFacts
+
+
+@value
+class Attempt:
+    """The attempt that answered: its pool, its replica (held), the response at its headers."""
+
+    pool: Pool
+    replica: Replica
+    response: UpstreamResponse
+
+
+class Attempts:
+    """See the module docstring."""
+
+    __slots__ = ("_held", "_tokens", "answer", "route")
+
+    def __init__(self) -> None:
+        self.route: RouteFacts = NOWHERE
+        """The last attempt's route: where the request was served, or why no pool took it."""
+        self.answer: Attempt | None = None
+        """The attempt that answered, until it is settled."""
+        self._held: tuple[Pool, Replica] | None = None
+        self._tokens = 0
+        """The prompt tokens counted on each replica taken (the pools' own load view)."""
+
+    @property
+    def sent(self) -> bool:
+        """A replica was taken: the request left for the upstream (which may have started)."""
+        return self.route.replica is not None
+
+    def __enter__(self) -> Attempts:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Give back what is still held: no verdict unless the replica had answered 5xx."""
+        if self.answer is not None:
+            status = self.answer.response.status
+            failure = f"status {status}" if status >= 500 else None
+            self.settle(failure, reusable=False, abandoned=failure is None)
+        elif self._held is not None:  # cancelled while sending: failed() was not reached
+            pool, replica = self._held
+            self._held = None
+            pool.give_back(replica, self._tokens)
+            replica.breaker.abandon()
+
+    def unavailable(self, variant: str, why: str) -> None:
+        """No pool of the plan could take the request (nothing taken, nothing sent)."""
+        self.route = RouteFacts(variant, None, None, why)
+
+    def take(
+        self,
+        pool: Pool,
+        tried: Collection[Replica],
+        variant: str,
+        why: str,
+        plan: RoutePlan | None = None,
+    ) -> Replica:
+        """A replica of ``pool`` (none of ``tried``), held until it is given back; ``plan``: the
+        replica scorers' inputs, the prompt tokens counted on it while held, the prompt's blocks
+        recorded in the pool's prefix index."""
+        if plan is None:
+            replica = pool.take(tried)
+        else:
+            self._tokens = plan.prompt_tokens
+            replica = pool.take(tried, plan.scores(pool), plan.prompt_tokens, plan.blocks)
+        self._held = (pool, replica)
+        self.route = RouteFacts(variant, pool.name, replica.label, why)  # credentials redacted
+        return replica
+
+    def failed(self, err: BaseException) -> str | None:
+        """The held attempt raised: its replica back, its breaker told; the cause when the
+        request may go elsewhere (``connect``; ``timeout``, only to a canary's baseline)."""
+        pool, replica = self._release()
+        if isinstance(err, UpstreamConnectError):
+            pool.trip(replica, err.message)
+            return "connect"
+        if isinstance(err, asyncio.CancelledError):
+            replica.breaker.abandon()
+        elif isinstance(err, GatewayError):
+            pool.record(replica, err.code or "error")
+            if isinstance(err, UpstreamTimeout):
+                return "timeout"
+        return None
+
+    def retrying(self, response: UpstreamResponse) -> None:
+        """The held attempt answered 5xx and is retried elsewhere: its replica back, failed."""
+        pool, replica = self._release()
+        response.abort()
+        pool.record(replica, f"status {response.status}")
+
+    def answered(self, response: UpstreamResponse) -> Attempt:
+        """The held attempt answered: it keeps its replica until :meth:`settle`."""
+        pool, replica = self._held or _nothing_held()
+        self._held = None
+        self.answer = Attempt(pool, replica, response)
+        return self.answer
+
+    def settle(self, failure: str | None, *, reusable: bool, abandoned: bool = False) -> None:
+        """The answer's connection back to the pool (or dropped), its replica freed, its breaker
+        told: ``failure`` None when the replica did its job; ``abandoned`` gives no verdict."""
+        attempt = self.answer
+        if attempt is None:
+            return
+        self.answer = None
+        if reusable:
+            attempt.response.release()
+        else:  # unread bytes or a cancelled read: the connection cannot be reused
+            attempt.response.abort()
+        attempt.pool.give_back(attempt.replica, self._tokens)
+        if abandoned:
+            attempt.replica.breaker.abandon()
+        else:
+            attempt.pool.record(attempt.replica, failure)
+
+    def _release(self) -> tuple[Pool, Replica]:
+        pool, replica = self._held or _nothing_held()
+        self._held = None
+        pool.give_back(replica, self._tokens)
+        return pool, replica
+
+
+def _nothing_held() -> tuple[Pool, Replica]:
+    raise RuntimeError("no attempt holds a replica")
