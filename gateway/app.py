@@ -4,8 +4,9 @@
     app = create_app(config, upstream_factory=..., clock=clock)   # tests: the seams
 
 Nothing happens at import time; every piece of state hangs off the app built here, and every
-layer around the endpoints (the in-flight cap outermost, then request ids and the access log,
-the server span, auth) is applied here, so a test that builds the app gets the one served.
+layer around the endpoints (request ids and the access log outermost, then the server's caps on
+requests served and bodies arriving, the server span, auth) is applied here, so a test that
+builds the app gets the one served.
 """
 
 from __future__ import annotations
@@ -22,14 +23,14 @@ from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway import errors
 from gateway.accesslog import AccessLog
 from gateway.accounting.ledger_sql import SqlLedgerStore
 from gateway.accounting.usage_api import usage_routes
-from gateway.admin.api import admin_routes, own_key_routes
+from gateway.admin.api import REQUEST_MODELS, admin_routes, own_key_routes
 from gateway.admin.routing import routing_admin_routes
 from gateway.auth.middleware import auth_middleware
 from gateway.clock import SYSTEM_CLOCK, Clock
@@ -81,14 +82,15 @@ def create_app(
                 access_log.close()
 
     proxies = {"/v1/" + op.value: ProxyEndpoint(op, state) for op in Operation}
-    routes = [
+    routes: list[BaseRoute] = []  # described by the OpenAPI endpoint, which is one of them
+    routes += [
         *(Route(path, endpoint, methods=["POST"]) for path, endpoint in proxies.items()),
         Route("/v1/models", ListModels(state), methods=["GET"]),
         Route("/v1/models/{model:path}", RetrieveModel(state), methods=["GET"]),
         Route("/healthz", Healthz(), methods=["GET"]),
         Route("/readyz", Readyz(state), methods=["GET"]),
         Route("/metrics", Metrics(state), methods=["GET"]),
-        Route("/openapi.json", OpenAPI(), methods=["GET"]),
+        Route("/openapi.json", OpenAPI(routes, REQUEST_MODELS), methods=["GET"]),
         *routing_admin_routes(state, reloader),
         # Before the /admin mount, which would otherwise answer /admin/usage with a 404.
         *usage_routes(SqlLedgerStore(state.database), admin=state.auth is not None),
@@ -98,13 +100,22 @@ def create_app(
     ]
     app = GatewayApp(
         proxies,
-        in_flight_limit=config.server.max_requests_in_flight,
         routes=routes,
         middleware=[
             Middleware(
                 RequestIdMiddleware, metrics=state.metrics, access_log=access_log, clock=clock
             ),
-            # Only when traces are exported: the no-op tracer's span still cost ~20 us a request.
+            # The server's caps: a refusal has its ids and access-log line, and costs no stage.
+            Middleware(
+                InFlightLimit,
+                limit=config.server.max_requests_in_flight,
+                max_uploads=config.server.max_uploads,
+                max_uploads_per_client=config.server.max_uploads_per_client,
+                max_body_bytes=config.server.max_body_bytes,
+                metrics=state.metrics,
+            ),
+            # Only when traces are exported: even the no-op tracer's span costs (README,
+            # Performance).
             *(
                 [
                     Middleware(
@@ -133,22 +144,18 @@ def create_app(
 class GatewayApp(Starlette):
     """Starlette, with the proxy endpoints reached in one step.
 
-    A ``POST`` to a proxy path goes through the gateway's own middleware (request ids and the
-    access log, the server span, auth) straight to its :class:`ProxyEndpoint`, skipping
-    Starlette's outer error layer, its exception layer and the router's regex scan of every
-    route: about 8 us of CPU per request in a micro-benchmark, and a send wrapper each per
-    streamed event (README, Performance). None of them can act on these paths, whose endpoint
-    answers its own errors and whose unexpected exceptions RequestIdMiddleware answers.
+    A ``POST`` to a proxy path goes through the gateway's own middleware (request ids and the access
+    log, the server span, auth) straight to its :class:`ProxyEndpoint`, skipping Starlette's outer
+    error layer, its exception layer and the router's regex scan of every route, and a send wrapper
+    each per streamed event (the cost measured: README, Performance). None of them can act on these
+    paths, whose endpoint answers its own errors and whose unexpected exceptions RequestIdMiddleware
+    answers.
     Everything else (other paths, other methods, the lifespan) takes Starlette's full stack,
-    so 404, 405 and the admin API are unchanged. Outermost of all, before any work is done,
-    :class:`InFlightLimit` caps the requests served at once.
+    so 404, 405 and the admin API are unchanged.
     """
 
-    def __init__(
-        self, proxies: Mapping[str, ASGIApp], *, in_flight_limit: int, **kwargs: object
-    ) -> None:
+    def __init__(self, proxies: Mapping[str, ASGIApp], **kwargs: object) -> None:
         self.proxies = proxies
-        self.in_flight_limit = in_flight_limit
         super().__init__(**kwargs)  # type: ignore[arg-type]
 
     def build_middleware_stack(self) -> ASGIApp:
@@ -158,12 +165,11 @@ class GatewayApp(Starlette):
         inner: ASGIApp = _ProxyPaths(self.proxies, rest)
         for cls, args, kwargs in reversed(self.user_middleware):
             inner = cls(inner, *args, **kwargs)
-        routed = _ProxyPaths(
+        return _ProxyPaths(
             self.proxies,
             ServerErrorMiddleware(inner, handler=error_handler, debug=self.debug),
             proxied=inner,
         )
-        return InFlightLimit(routed, limit=self.in_flight_limit)
 
 
 class _ProxyPaths:

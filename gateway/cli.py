@@ -10,7 +10,13 @@ from pathlib import Path
 
 from starlette.types import ASGIApp
 
-from gateway.config import ConfigError, GatewayConfig, load_config, workers_problem
+from gateway.config import (
+    ConfigError,
+    GatewayConfig,
+    extras_problem,
+    load_config,
+    workers_problem,
+)
 
 CONFIG_ENV = "PD_GATEWAY_CONFIG"
 
@@ -26,7 +32,7 @@ def app_from_env() -> ASGIApp:
     configure_logging(config.server.log_level)
     app = create_app(config, config_path=path)
     freeze_startup_objects()  # a served process only: tests build many apps in one process
-    return app
+    return app  # its caps (gateway/server/overload.py) are composed in create_app
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -36,7 +42,7 @@ def _run(args: argparse.Namespace) -> int:
     if config is None:
         return 2
     server = config.server
-    problem = workers_problem(config, args.workers or server.workers)
+    problem = extras_problem(config) or workers_problem(config, args.workers or server.workers)
     if problem:
         print(f"{args.config}: {problem}", file=sys.stderr)
         return 2
@@ -54,6 +60,10 @@ def _run(args: argparse.Namespace) -> int:
 def _check_config(args: argparse.Namespace) -> int:
     config = _load_or_report(args.config)
     if config is None:
+        return 1
+    problem = extras_problem(config)
+    if problem:
+        print(f"{args.config}: {problem}", file=sys.stderr)
         return 1
     print(f"{args.config}: OK ({len(config.pools)} pools, {len(config.models)} models)")
     return 0

@@ -21,12 +21,13 @@ from pydantic import Field, model_validator
 from configkit import ConfigError, StrictModel, format_validation_error, parse_model, read_yaml
 from gateway.accounting.config import AccountingConfig
 from gateway.auth.config import AuthConfig
+from gateway.extras import MissingExtra, require
 from gateway.flow.config import FlowConfig
 from gateway.limits.config import LimitsConfig
 from gateway.routing.config import ModelConfig, PoolConfig, RetryConfig, model_pool_errors
 from gateway.storage.config import StorageConfig
 from gateway.telemetry.config import TracingConfig
-from gateway.tokens.counting import TokenizerConfig
+from gateway.tokens.config import TokenizerConfig
 from gateway.upstream.config import Timeouts
 
 __all__ = [
@@ -71,6 +72,16 @@ class ServerConfig(StrictModel):
     new connection counts from its accept. Slowloris senders are closed after it (408)."""
     body_timeout: float = Field(60.0, gt=0)
     """Seconds from the end of the headers to the end of the body; a dribbled body gets 408."""
+    min_body_rate: float = Field(1024.0, gt=0)
+    """Bytes per second a body must keep up after ``body_grace``: a body that has taken longer
+    than ``body_grace`` plus its bytes at this rate gets 408 and the connection closed."""
+    body_grace: float = Field(5.0, gt=0)
+    """Seconds a body may take whatever its rate (then ``min_body_rate`` applies)."""
+    max_uploads: int = Field(256, ge=1)
+    """Bodies still arriving at once (a body complete when the request starts is none); more get
+    503 ``server_overloaded``. A request takes a serving slot only once its body is in."""
+    max_uploads_per_client: int = Field(16, ge=1)
+    """Bodies still arriving at once from one client address; more get 429."""
     keep_alive_timeout: float = Field(5.0, gt=0)
     """Seconds an idle keep-alive connection is kept between requests."""
     send_timeout: float = Field(60.0, gt=0)
@@ -79,7 +90,8 @@ class ServerConfig(StrictModel):
     """Open client connections; at the cap the longest-idle one (no request in progress) is closed
     to make room, else the new one gets 503. Lowered to fit the open-file limit."""
     max_requests_in_flight: int = Field(1024, ge=1)
-    """Requests being served at once (probes excepted); more get 503 ``server_overloaded``."""
+    """Requests being served at once (probes excepted), counted once their body is in; more get
+    503 ``server_overloaded``."""
 
 
 class ConsoleConfig(StrictModel):
@@ -140,6 +152,23 @@ def workers_problem(config: GatewayConfig, workers: int) -> str | None:
             f"server.workers: {workers} workers would each count rate limits alone; "
             "use limits.backend: redis (shared counters) or one worker"
         )
+    return None
+
+
+def extras_problem(config: GatewayConfig) -> str | None:
+    """What ``config`` needs that is not installed, with the command that installs it."""
+    needs = []
+    if config.storage.backend == "postgresql":
+        needs.append(("postgres", "storage.url: postgresql"))
+    if config.limits.enabled and config.limits.backend == "redis":
+        needs.append(("redis", "limits.backend: redis"))
+    if config.tracing.enabled and config.tracing.protocol == "grpc":
+        needs.append(("otlp-grpc", "tracing.protocol: grpc"))
+    for extra, why in needs:
+        try:
+            require(extra, why)
+        except MissingExtra as err:
+            return str(err)
     return None
 
 

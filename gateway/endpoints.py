@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
+from pydantic import BaseModel
+from starlette.routing import BaseRoute
 
 from gateway.asgi import Receive, Scope, Send, send_response
 from gateway.auth.access import may_see
+from gateway.auth.middleware import PUBLIC_VIEW_KEY
 from gateway.errors import ModelNotFound
 from gateway.openapi import openapi_document
 from gateway.runtime.state import GatewayState
@@ -83,12 +87,23 @@ class Metrics:
         publish_pool_state(metrics, state.routing_metrics, state.table.pools.values())
         if state.flow is not None:
             state.flow.publish()
-        await send_response(send, 200, metrics.render(), metrics.content_type.encode())
+        body = metrics.render(tenants=PUBLIC_VIEW_KEY not in scope)
+        await send_response(send, 200, body, metrics.content_type.encode())
 
 
 class OpenAPI:
-    def __init__(self) -> None:
-        self.body = orjson.dumps(openapi_document())
+    """The document of the routes served (gateway/openapi.py), made at the first request: the
+    route table holds this endpoint too, so it is complete only once the app is built."""
+
+    def __init__(
+        self,
+        routes: Sequence[BaseRoute],
+        bodies: Mapping[tuple[str, str], type[BaseModel]],
+    ) -> None:
+        self.routes, self.bodies = routes, bodies
+        self.body: bytes | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.body is None:
+            self.body = orjson.dumps(openapi_document(self.routes, self.bodies))
         await send_response(send, 200, self.body)

@@ -13,13 +13,17 @@ and the OpenAI SDKs map the status to their own exception classes::
      +-- NotFound (404)
      |    +-- ModelNotFound (404 model_not_found)
      +-- MethodNotAllowed (405)
+     +-- RequestTimeout (408 request_timeout)
      +-- Conflict (409 conflict)
      +-- BodyTooLarge (413)
      +-- UnsupportedMediaType (415)
+     +-- HeaderFieldsTooLarge (431 request_header_fields_too_large)
      +-- RateLimited (429 rate_limit_exceeded)
      |    +-- TokensRateLimited (429, type tokens)
+     |    +-- TooManyUploads (429 too_many_uploads)
      +-- UpstreamError (502 upstream_error)
      +-- NoHealthyUpstream (503 no_healthy_upstream)
+     +-- Overloaded (503 server_overloaded)
      +-- UpstreamTimeout (504 timeout)
      +-- KeyStoreUnavailable (503 key_store_unavailable)
      +-- LimiterUnavailable (503 rate_limiter_unavailable)
@@ -114,6 +118,14 @@ class MethodNotAllowed(GatewayError):
     default_code = "method_not_allowed"
 
 
+class RequestTimeout(GatewayError):
+    """The request (its headers or its body) did not arrive in time."""
+
+    status = 408
+    error_type = "invalid_request_error"
+    default_code = "request_timeout"
+
+
 class Conflict(GatewayError):
     """The thing to create exists already (admin API)."""
 
@@ -134,6 +146,12 @@ class UnsupportedMediaType(GatewayError):
     default_code = "unsupported_media_type"
 
 
+class HeaderFieldsTooLarge(GatewayError):
+    status = 431
+    error_type = "invalid_request_error"
+    default_code = "request_header_fields_too_large"
+
+
 class RateLimited(GatewayError):
     status = 429
     error_type = "requests"
@@ -144,6 +162,20 @@ class TokensRateLimited(RateLimited):
     """A token limit (per minute or per day) refused the request; OpenAI types it ``tokens``."""
 
     error_type = "tokens"
+
+
+class TooManyUploads(RateLimited):
+    """One client address has ``server.max_uploads_per_client`` bodies arriving already."""
+
+    default_code = "too_many_uploads"
+
+
+class Overloaded(GatewayError):
+    """The gateway is at one of its caps (requests served, bodies arriving, connections)."""
+
+    status = 503
+    error_type = "server_error"
+    default_code = "server_overloaded"
 
 
 class LimiterUnavailable(GatewayError):
@@ -166,7 +198,7 @@ class NoHealthyUpstream(GatewayError):
     default_code = "no_healthy_upstream"
 
 
-class Overloaded(GatewayError):
+class QueueRefused(GatewayError):
     """Every pool that could serve the request is saturated and the flow-control queue could
     not hold it (full) or did not get it a place in time (``queue_timeout``)."""
 

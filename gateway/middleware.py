@@ -22,6 +22,7 @@ from gateway.asgi import Message, Receive, Scope, Send, send_response
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
+from gateway.server.overload import REFUSAL_KEY
 from gateway.wire.outcome import ARRIVAL_KEY, OUTCOME_KEY, Arrival, Outcome, OutcomeSlot
 
 logger = logging.getLogger(__name__)
@@ -110,6 +111,8 @@ class RequestIdMiddleware:
             "latency_ms": round(elapsed * 1000, 3),
         }
         line.update(_NO_OUTCOME if outcome is None else outcome_fields(outcome))
+        if outcome is None and REFUSAL_KEY in scope:  # refused by a server cap: no outcome
+            line["error_code"] = scope[REFUSAL_KEY]
         self.access_log.write(line)
 
 

@@ -1,14 +1,31 @@
 """The OpenAPI 3.1 description of the gateway's own API (served at ``/openapi.json``).
 
-Request schemas name only the fields the gateway checks; every other OpenAI field is allowed and
-passed through to the upstream unchanged.
+The document is generated from the app's route table: its paths are exactly the routes served
+(those with ``include_in_schema``), each described by an operation here, and a route without one
+is an error (:class:`UndescribedRoute`), so a new route cannot be left out. Bodies the gateway
+parses with a pydantic model (the admin API's) are described by that model's own JSON schema::
+
+    openapi_document(app.routes, bodies={("POST", "/admin/tenants"): TenantSpec})
+
+Request schemas of the OpenAI routes name only the fields the gateway checks; every other OpenAI
+field is allowed and passed through to the upstream unchanged.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from pydantic import BaseModel
+from starlette.routing import BaseRoute, Mount, Route
+
 from gateway import __version__
+
+
+class UndescribedRoute(Exception):
+    """A route is served that the document does not describe."""
+
 
 _ERROR_STATUSES = {
     "400": "Invalid JSON or parameters",
@@ -27,16 +44,19 @@ _ERROR_STATUSES = {
     "504": "The upstream timed out",
 }
 
-# Server-sent events: OpenAPI 3.1 has no item schema for a stream, so the body is a string of
-# the text/event-stream media type; each ``data:`` line holds one JSON chunk, the last is
-# ``data: [DONE]``, and a failure after the start is an ``error`` object in a ``data:`` line.
+# Server-sent events: in OpenAPI 3.1 the schema of text/event-stream describes each event (3.2's
+# itemSchema, read as 3.1 tools read it). Each event's ``data`` holds one JSON chunk, the last is
+# ``[DONE]``, and a failure after the start is an ``error`` object in the last ``data``.
 _EVENT_STREAM = {
     "schema": {
-        "type": "string",
-        "contentMediaType": "text/event-stream",
-        "description": "data: {chunk JSON}\\n\\n ... data: [DONE]\\n\\n",
+        "type": "object",
+        "required": ["data"],
+        "properties": {
+            "data": {"type": "string", "description": "a chunk's JSON, or [DONE]"},
+            "event": {"type": "string"},
+        },
     },
-    "example": 'data: {"object":"chat.completion.chunk","choices":[]}\n\ndata: [DONE]\n\n',
+    "example": {"data": '{"object":"chat.completion.chunk","choices":[]}', "event": "message"},
 }
 
 # The default server.max_tokens_limit: a deployment may lower it (then larger values are 400).
@@ -102,14 +122,85 @@ _RESPONSES_DESCRIPTION = (
 )
 
 
+# The Responses input items the gateway translates (gateway/responses/request.py), as it checks
+# them: a message (its type may be left out), a function call, a function call's output; only
+# user messages may carry images (by URL).
+_STRING = {"type": "string"}
+_NONEMPTY = {"type": "string", "minLength": 1}
+_TEXT_PART = {
+    "anyOf": [
+        {
+            "type": "object",
+            "required": ["type", "text"],
+            "properties": {
+                "type": {"enum": ["input_text", "output_text", "text"]},
+                "text": _STRING,
+            },
+        },
+        {
+            "type": "object",
+            "required": ["type", "refusal"],
+            "properties": {"type": {"const": "refusal"}, "refusal": _STRING},
+        },
+    ]
+}
+_IMAGE_PART = {
+    "type": "object",
+    "required": ["type", "image_url"],
+    "properties": {"type": {"const": "input_image"}, "image_url": _STRING},
+}
+
+
+def _message_item(roles: list[str], part: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["role", "content"],
+        "properties": {
+            "type": {"const": "message"},
+            "role": {"enum": roles},
+            "content": {"anyOf": [_STRING, {"type": "array", "items": part}]},
+        },
+    }
+
+
+_INPUT_ITEMS = [
+    _message_item(["user"], {"anyOf": [_TEXT_PART, _IMAGE_PART]}),
+    _message_item(["system", "developer", "assistant"], _TEXT_PART),
+    {
+        "type": "object",
+        "required": ["type", "call_id", "name"],
+        "properties": {
+            "type": {"const": "function_call"},
+            "call_id": _NONEMPTY,
+            "name": _NONEMPTY,
+            "arguments": _STRING,
+        },
+    },
+    {
+        "type": "object",
+        "required": ["type", "call_id", "output"],
+        "properties": {
+            "type": {"const": "function_call_output"},
+            "call_id": _NONEMPTY,
+            "output": {"anyOf": [_STRING, {"type": "array", "items": _TEXT_PART}]},
+        },
+    },
+]
+
+
 def _responses_request() -> dict[str, Any]:
-    item = {"type": "object", "description": "message, function_call or function_call_output"}
+    item = {"anyOf": _INPUT_ITEMS}
     return {
         "type": "object",
         "required": ["model", "input"],
         "properties": {
             "model": {"type": "string", "minLength": 1},
-            "input": {"oneOf": [{"type": "string"}, {"type": "array", "items": item}]},
+            "input": {
+                "oneOf": [
+                    {"type": "string", "minLength": 1},
+                    {"type": "array", "minItems": 1, "items": item},
+                ]
+            },
             "instructions": {"type": "string"},
             "stream": {"type": "boolean"},
             "max_output_tokens": _MAX_TOKENS,
@@ -204,7 +295,69 @@ def _get(
     return {"get": {"summary": summary, "responses": responses}}
 
 
-def openapi_document() -> dict[str, Any]:
+def openapi_document(
+    routes: Iterable[BaseRoute] | None = None,
+    bodies: Mapping[tuple[str, str], type[BaseModel]] | None = None,
+) -> dict[str, Any]:
+    """The document for ``routes`` (default: every operation described here), with the body of
+    each ``(method, path)`` in ``bodies`` described by its model."""
+    described = _operations()
+    schemas = _schemas()
+    if routes is None:
+        paths = described
+    else:
+        paths = {}
+        for method, path in served(routes):
+            operation = described.get(path, {}).get(method.lower())
+            if operation is None:
+                raise UndescribedRoute(f"{method} {path} is served but not described")
+            paths.setdefault(path, {})[method.lower()] = operation
+    for (method, path), model in (bodies or {}).items():
+        operation = paths.get(path, {}).get(method.lower())
+        if operation is not None:
+            operation["requestBody"] = _model_body(model, schemas)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "pd-gateway", "version": __version__},
+        "paths": paths,
+        "security": [{"bearer": []}, {"apiKeyHeader": []}],
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "apiKeyHeader": {"type": "apiKey", "in": "header", "name": "api-key"},
+            },
+        },
+    }
+
+
+_CONVERTOR = re.compile(r"{([^}:]+):[^}]+}")
+
+
+def served(routes: Iterable[BaseRoute], prefix: str = "") -> Iterator[tuple[str, str]]:
+    """``(method, path)`` of every route in the document's terms (``{model:path}`` is
+    ``{model}``; HEAD, which Starlette adds to GET, is left out)."""
+    for route in routes:
+        if isinstance(route, Mount):
+            yield from served(route.routes, prefix + route.path)
+        elif isinstance(route, Route) and route.include_in_schema:
+            path = _CONVERTOR.sub(r"{\1}", prefix + route.path)
+            for method in sorted(route.methods or ()):
+                if method != "HEAD":
+                    yield method, path
+
+
+def _model_body(model: type[BaseModel], schemas: dict[str, Any]) -> dict[str, Any]:
+    """A request body described by its pydantic model, its nested models as components."""
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas.update(schema.pop("$defs", {}))
+    schemas[model.__name__] = schema
+    content = {"application/json": {"schema": _ref(model.__name__)}}
+    return {"required": True, "content": content}
+
+
+def _operations() -> dict[str, dict[str, Any]]:
+    """Every operation the gateway may serve, by path and method."""
     unauthorized = {
         "401": {
             "description": _ERROR_STATUSES["401"],
@@ -223,39 +376,59 @@ def openapi_document() -> dict[str, Any]:
     retrieve = _get("One model", _ref("Model"), not_found)
     retrieve["get"]["parameters"] = model_param
     return {
-        "openapi": "3.1.0",
-        "info": {"title": "pd-gateway", "version": __version__},
-        "paths": {
-            "/v1/chat/completions": _proxy_operation("Chat completion", "ChatRequest", True),
-            "/v1/completions": _proxy_operation("Text completion", "CompletionRequest", True),
-            "/v1/embeddings": _proxy_operation("Embeddings", "EmbeddingRequest", False),
-            "/v1/responses": _proxy_operation(
-                "Create a response (the OpenAI Responses API)",
-                "ResponsesRequest",
-                True,
-                answer=_ref("Response"),
-                description=_RESPONSES_DESCRIPTION,
-            ),
-            "/v1/models": _get("Models the key may use", _ref("ModelList"), unauthorized),
-            "/v1/models/{model}": retrieve,
-            "/healthz": {"get": {**_get("Liveness", {"type": "object"})["get"], **public}},
-            "/readyz": {"get": {**_get("Readiness", {"type": "object"})["get"], **public}},
-            **_management_paths(
-                _errors_of(("400", "401", "403", "404", "409", "413", "415", "429", "500", "503"))
-            ),
+        "/v1/chat/completions": _proxy_operation("Chat completion", "ChatRequest", True),
+        "/v1/completions": _proxy_operation("Text completion", "CompletionRequest", True),
+        "/v1/embeddings": _proxy_operation("Embeddings", "EmbeddingRequest", False),
+        "/v1/responses": _proxy_operation(
+            "Create a response (the OpenAI Responses API)",
+            "ResponsesRequest",
+            True,
+            answer=_ref("Response"),
+            description=_RESPONSES_DESCRIPTION,
+        ),
+        "/v1/models": _get("Models the key may use", _ref("ModelList"), unauthorized),
+        "/v1/models/{model}": retrieve,
+        "/healthz": {"get": {**_get("Liveness", {"type": "object"})["get"], **public}},
+        "/readyz": {"get": {**_get("Readiness", {"type": "object"})["get"], **public}},
+        **_management_paths(
+            _errors_of(("400", "401", "403", "404", "409", "413", "415", "429", "500", "503"))
+        ),
+        "/metrics": {
+            "get": {
+                "summary": "Prometheus metrics (an admin key or auth.metrics_token; tenant series "
+                "only with a credential)",
+                "responses": {
+                    "200": {
+                        "description": "The Prometheus text format",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    },
+                    **unauthorized,
+                    "403": {
+                        "description": _ERROR_STATUSES["403"],
+                        "content": {"application/json": {"schema": _ref("ErrorResponse")}},
+                    },
+                },
+            }
         },
-        "security": [{"bearer": []}, {"apiKeyHeader": []}],
-        "components": {
-            "schemas": _schemas(),
-            "securitySchemes": {
-                "bearer": {"type": "http", "scheme": "bearer"},
-                "apiKeyHeader": {"type": "apiKey", "in": "header", "name": "api-key"},
-            },
-        },
+        "/openapi.json": {"get": {**_get("This document", {"type": "object"})["get"], **public}},
     }
 
 
-_USAGE_QUERY = ("start_time", "end_time", "group_by")
+_WEIGHT = {
+    "type": "object",
+    "required": ["weight"],
+    "properties": {"weight": {"type": "number", "minimum": 0}},
+}
+
+
+def _groups(*names: str) -> dict[str, Any]:
+    """``group_by``: a comma-separated list of these (gateway/accounting/usage_api.py)."""
+    one = "|".join(names)
+    return {"type": "string", "pattern": f"^(({one})(,({one}))*)?$"}
+
+
+_SECONDS = {"type": "number", "minimum": 0, "exclusiveMaximum": 1e11}  # UNIX seconds
+_USAGE_QUERY: dict[str, Any] = {"start_time": _SECONDS, "end_time": _SECONDS}
 _OBJECT = {"type": "object"}
 _LIST = {
     "type": "object",
@@ -268,9 +441,9 @@ def _op(
     summary: str,
     errors: dict[str, Any],
     *,
-    query: tuple[str, ...] = (),
+    query: Mapping[str, dict[str, Any]] | None = None,
     path: tuple[str, ...] = (),
-    body: bool = False,
+    body: bool | dict[str, Any] = False,
     result: dict[str, Any] = _OBJECT,
 ) -> dict[str, Any]:
     """An operation of the management API (keys required; errors in the OpenAI envelope)."""
@@ -282,8 +455,8 @@ def _op(
                 for n in path
             ),
             *(
-                {"name": n, "in": "query", "required": False, "schema": {"type": "string"}}
-                for n in query
+                {"name": n, "in": "query", "required": False, "schema": schema}
+                for n, schema in (query or {}).items()
             ),
         ],
         "responses": {
@@ -291,8 +464,9 @@ def _op(
             **errors,
         },
     }
-    if body:
-        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": _OBJECT}}}
+    if body:  # the admin API's models replace these (openapi_document's ``bodies``)
+        schema = _OBJECT if body is True else body
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": schema}}}
     return op
 
 
@@ -303,18 +477,27 @@ def _management_paths(errors: dict[str, Any]) -> dict[str, Any]:
     return {
         "/v1/usage": {"get": _op(
             "The caller's usage (scope=key) or its tenant's (scope=tenant), by some of day, "
-            "key_id, model; has_more when cut", errors, query=(*_USAGE_QUERY, "scope"),
+            "key_id, model; has_more when cut", errors, query={
+                **_USAGE_QUERY, "group_by": _groups("day", "key_id", "model"),
+                "scope": {"enum": ["key", "tenant"]}},
             result=_LIST)},
         "/v1/keys": {"get": _op("The caller's tenant's keys, never secrets", errors,
                                 result=_LIST)},
         "/admin/usage": {"get": _op(
             "Any tenant's or key's usage (admin keys)", errors,
-            query=(*_USAGE_QUERY, "tenant_id", "key_id", "model"), result=_LIST)},
+            query={
+                **_USAGE_QUERY, "group_by": _groups("day", "tenant_id", "key_id", "model"),
+                "tenant_id": _STRING, "key_id": _STRING, "model": _STRING},
+            result=_LIST)},
         "/admin/tenants": {"get": _op("Tenants", errors, result=_LIST),
                            "post": _op("Create a tenant", errors, body=True)},
         "/admin/tenants/{tenant}": {
             "get": _op("One tenant", errors, path=t),
             "patch": _op("Replace a tenant's limits: {limits}", errors, path=t, body=True)},
+        "/admin/tenants/{tenant}/disable": {"post": _op(
+            "Disable a tenant: its keys are refused on every replica within auth.cache_seconds",
+            errors, path=t)},
+        "/admin/tenants/{tenant}/enable": {"post": _op("Enable a tenant again", errors, path=t)},
         "/admin/tenants/{tenant}/keys": {
             "get": _op("A tenant's keys, never secrets", errors, path=t, result=_LIST),
             "post": _op("Create a key; its secret (key) is in this answer only", errors,
@@ -323,12 +506,20 @@ def _management_paths(errors: dict[str, Any]) -> dict[str, Any]:
             "get": _op("One key", errors, path=k),
             "patch": _op("Change a key's limits or expiry: {limits?, expires_at?, "
                          "clear_expiry?}", errors, path=k, body=True)},
+        "/admin/keys": {"get": _op("Every tenant's keys, never secrets", errors, result=_LIST)},
         "/admin/keys/{key}/revoke": {"post": _op("Revoke a key", errors, path=k)},
+        "/admin/keys/{key}/rotate": {"post": _op(
+            "A new secret for the key; the old one works for grace_seconds more; the new secret "
+            "(key) is in this answer only", errors, path=k, body=True)},
         "/admin/routing": {"get": _op(
             "Models (variants, weights, recent error rate and p95 TTFT, canary, last "
             "rollback) and pools (replicas, health, breakers)", errors)},
+        "/admin/routing/reload": {"post": _op(
+            "Reload the config file the gateway was started from (pools, models, routing); a "
+            "config that does not parse is refused (400 invalid_config) and the old one serves",
+            errors)},
         "/admin/routing/models/{model}/variants/{variant}": {"put": _op(
-            "Set a variant's weight: {weight}", errors, path=("model", "variant"), body=True)},
+            "Set a variant's weight: {weight}", errors, path=("model", "variant"), body=_WEIGHT)},
     }  # fmt: skip
 
 

@@ -4,15 +4,19 @@ that the server's edge limits answer, re-run, with the figures to compare.
 - header flood: one connection sends up to 20,000 headers of 8 KB; what was accepted, RSS growth;
 - slowloris: N connections send their headers a byte every few seconds; how many the gateway
   closed and when, a normal request's latency meanwhile, open files, RSS;
-- dribbled bodies: N connections send complete headers (Content-Length: 100000) and dribble the
-  body; RSS at the peak and after they left;
+- dribbled bodies (slow uploads): 5,000 connections send complete headers (Content-Length:
+  100000) and dribble the body a byte every 3 s; how many the gateway closed and when, normal
+  requests meanwhile (answered, within 1 s, p50, max), RSS at the peak and after they left;
 - open-file limit: the gateway started with RLIMIT_NOFILE 1024, 1,124 slowloris connections;
   how many of 60 normal requests were answered within 1 s.
 
 ``--server plain`` runs the same app on stock uvicorn (httptools, no edge protocol), the "before".
+``--only`` picks rows; ``--set KEY=VALUE`` overrides a ``server:`` setting (a YAML value), e.g.
+``--set max_uploads_per_client=100000`` so that one address's flood meets the total cap and the
+minimum rate rather than the per-client cap.
 
     flock /tmp/pd-heavy.lock .venv/bin/python loadtests/bench_hostile.py [--server edge|plain]
-        [--slow 1000,5000] [--hold 15]
+        [--slow 1000,5000] [--hold 15] [--only flood,slowloris,uploads,fd] [--set KEY=VALUE]
 """
 
 from __future__ import annotations
@@ -54,10 +58,16 @@ class Gateway:
 
 
 @contextmanager
-def gateway(server: str, sim: str, workdir: Path, nofile: int | None = None) -> Iterator[Gateway]:
+def gateway(
+    server: str,
+    sim: str,
+    workdir: Path,
+    nofile: int | None = None,
+    settings: dict[str, object] | None = None,
+) -> Iterator[Gateway]:
     port = free_port()
     config = {
-        "server": {"host": "127.0.0.1", "port": port, "access_log": False},
+        "server": {"host": "127.0.0.1", "port": port, "access_log": False, **(settings or {})},
         "pools": {"sim": {"urls": [sim]}},
         "models": {MODEL: {"pool": "sim"}},
         "auth": {"enabled": False},
@@ -207,13 +217,15 @@ def slowloris(gw: Gateway, n: int, hold: float, head: bytes, label: str) -> str:
     watcher.join()
     time.sleep(3)
     answered = [x for x in latencies if x is not None]
+    prompt = sum(x < 1.0 for x in answered)
     p50 = statistics.median(answered) * 1000 if answered else float("nan")
     worst = max(answered) * 1000 if answered else float("nan")
     by_gateway = [t for t in closed_at if t >= 0]
     last = f"{max(by_gateway):.1f}" if by_gateway else "-"
     return (
         f"| {label} x{n} | {len(by_gateway)}/{n} closed by the gateway (last at {last} s); "
-        f"normal requests {len(answered)}/{len(latencies)} answered, p50 {p50:.0f} ms, "
+        f"normal requests {len(answered)}/{len(latencies)} answered ({prompt} within 1 s), "
+        f"p50 {p50:.0f} ms, "
         f"max {worst:.0f} ms | open files {files0} -> peak {peak['files']}; RSS {rss0:.0f} -> "
         f"peak {peak['rss']:.0f} -> after {gw.rss_mb():.0f} MB |"
     )
@@ -237,32 +249,49 @@ def main() -> None:
     parser.add_argument(
         "--body-hold", type=float, default=70.0, help="seconds dribblers stay (body_timeout 60)"
     )
+    parser.add_argument("--uploads", type=int, default=5000, help="dribbled-body connections")
+    parser.add_argument("--only", default="flood,slowloris,uploads,fd", help="rows to run")
+    parser.add_argument("--set", action="append", default=[], help="server KEY=VALUE")
     args = parser.parse_args()
-    resource.setrlimit(
-        resource.RLIMIT_NOFILE, (20000, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
-    )
+    rows_wanted = set(args.only.split(","))
+    settings = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.set)}
+    raise_open_files(20000)
     procs = Processes()
     rows = ["| what was sent | outcome | resources |", "|---|---|---|"]
     try:
-        sim = start_sim(procs)
+        sim = start_sim(procs, "sim")  # the project's simulator, as before
         with tempfile.TemporaryDirectory() as folder:
             workdir = Path(folder)
-            with gateway(args.server, sim, workdir) as gw:
-                rows.append(header_flood(gw))
-                for n in (int(x) for x in args.slow.split(",")):
+            with gateway(args.server, sim, workdir, settings=settings) as gw:
+                if "flood" in rows_wanted:
+                    rows.append(header_flood(gw))
+                for n in (int(x) for x in args.slow.split(",") if "slowloris" in rows_wanted):
                     head = b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-slow: "
                     rows.append(slowloris(gw, n, args.hold, head, "slowloris"))
                 body_head = (
                     b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: "
                     b"application/json\r\ncontent-length: 100000\r\n\r\n{"
                 )
-                rows.append(slowloris(gw, 5000, args.body_hold, body_head, "dribbled body"))
-            with gateway(args.server, sim, workdir, nofile=1024) as gw:
-                rows.append(fd_limit(gw, args.hold))
+                if "uploads" in rows_wanted:
+                    row = slowloris(gw, args.uploads, args.body_hold, body_head, "dribbled body")
+                    rows.append(row)
+            if "fd" in rows_wanted:
+                with gateway(args.server, sim, workdir, nofile=1024, settings=settings) as gw:
+                    rows.append(fd_limit(gw, args.hold))
     finally:
         procs.stop()
-    print(f"server: {args.server}")
+    print(f"server: {args.server}; settings: {settings or 'defaults'}; ", end="")
+    print(f"open-file limit {resource.getrlimit(resource.RLIMIT_NOFILE)[0]}")
     print("\n".join(rows))
+
+
+def raise_open_files(wanted: int) -> None:
+    """The benchmark's own connections need file descriptors too: the soft limit up to ``wanted``
+    (or the hard limit, if lower); the gateway, started from here, inherits it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 if __name__ == "__main__":

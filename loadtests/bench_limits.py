@@ -41,7 +41,7 @@ from gateway.limits.config import LimitsConfig, LimitValues
 from gateway.metrics import GatewayMetrics
 from gateway.runtime.migrations import all_migrations
 from gateway.storage import Database, StorageConfig
-from gateway.tokens.counting import PromptTokens, TokenCounter, TokenizerConfig, build_token_counter
+from gateway.tokens import PromptTokens, TokenCounter, TokenizerConfig, build_token_counter
 from gateway.wire.outcome import NOWHERE, Arrival, Delivered, Ending, Outcome
 from gateway.wire.request import Operation, ParsedRequest, parse_request
 from gateway.wire.usage import Usage
@@ -79,7 +79,7 @@ async def per_call(
 
 def accounting_for(limits: LimitsConfig) -> Accounting:
     metrics = GatewayMetrics()
-    return Accounting(AccountingConfig(), RateLimiter.build(limits, metrics), metrics)
+    return Accounting(AccountingConfig(), RateLimiter.build(limits, metrics))
 
 
 async def one_request_path(

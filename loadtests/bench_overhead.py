@@ -11,9 +11,18 @@ as the foundation builds it (keys, rate limits and the usage ledger off; access 
 on), and ``gateway-full``, as a deployment runs it (keys checked, in-process rate limits, usage
 ledger in SQLite). Then gateway-full serves 100k requests while its resident memory is sampled.
 
+The paced case (``--paced 64,256``, ``--pace-ms 20``) is a stream as an engine sends it: a second
+fast simulator sends a token every 20 ms, so a proxy reads one event a read (unpaced, it reads
+several: the meter's fast path), and each proxy holds hundreds of streams open. Its figure is the
+proxy's CPU time per stream (user + sys from /proc, over a window in the steady state; streams
+served in it by Little's law), which a shared machine's load moves far less than a throughput
+ratio, and the added time to first byte under that load, against the floor's; the upstream's
+and the load generator's shares of their core are reported beside them (the headroom).
+
     .venv/bin/python loadtests/bench_overhead.py [--seconds 5] [--concurrency 1,64] [--out r.json]
     .venv/bin/python loadtests/bench_overhead.py --workers 2    # scaling: every process unpinned
     .venv/bin/python loadtests/bench_overhead.py --profile DIR  # py-spy of gateway-full, per stage
+    .venv/bin/python loadtests/bench_overhead.py --only-paced --paced 64,256 --pace-ms 20
     .venv/bin/python loadtests/bench_overhead.py --clients   # floor proxy: aiohttp vs httpx
 """
 
@@ -22,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import re
 import signal
@@ -73,7 +83,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_http(url: str, timeout: float = 30) -> None:
+def wait_http(url: str, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -110,10 +120,12 @@ class Processes:
                 proc.wait()
 
 
-def start_sim(procs: Processes, kind: str) -> str:
-    """The upstream on the load core: the fast simulator (granian) or the project's simulator."""
-    if kind == "fast":
+def start_sim(procs: Processes, kind: str, pace_ms: float = 0) -> str:
+    """The upstream on the load core: the fast simulator (granian) or the project's simulator;
+    ``pace_ms``: the fast simulator sends a token every ``pace_ms`` (``--pace-ms``)."""
+    if kind == "fast" or pace_ms:
         cmd = [PYTHON, str(HERE / "fast_sim.py"), "--port", str(free_port()), "--model", MODEL]
+        cmd += ["--pace-ms", str(pace_ms)] if pace_ms else []
     else:
         cmd = [PYTHON, "-m", "serve_app.sim", "--port", "0", "--no-delay", "--model", MODEL]
     proc = procs.start(LOAD_CORE, *cmd)
@@ -268,37 +280,53 @@ def wrk(
     url: str, concurrency: int, seconds: float, stream: bool, api_key: str = "none"
 ) -> tuple[float, float, float, int]:
     """requests/s, p50 and p99 latency (ms), and the request count, from one wrk run."""
-    env = {
+    out = subprocess.run(
+        wrk_command(url, concurrency, seconds),
+        capture_output=True,
+        text=True,
+        env=wrk_env(stream, api_key),
+        check=True,
+    ).stdout
+    rps, p50, p99, count, _ = parse_wrk(out, url)
+    return rps, p50, p99, count
+
+
+def wrk_command(url: str, concurrency: int, seconds: float) -> list[str]:
+    return [
+        "taskset",
+        "-c",
+        LOAD_CORE if not UNPINNED else "0,1",
+        "wrk",
+        "-t1",
+        f"-c{concurrency}",
+        f"-d{int(seconds)}s",
+        "--timeout",
+        "10s",
+        "--latency",
+        "-s",
+        str(HERE / "wrk_chat.lua"),
+        url + "/v1/chat/completions",
+    ]
+
+
+def wrk_env(stream: bool, api_key: str) -> dict[str, str]:
+    return {
         **os.environ,
         "WRK_API_KEY": api_key,
         "WRK_STREAM": "1" if stream else "0",
         "WRK_MAX_TOKENS": "32" if stream else "16",
     }
-    out = subprocess.run(
-        [
-            "taskset",
-            "-c",
-            LOAD_CORE if not UNPINNED else "0,1",
-            "wrk",
-            "-t1",
-            f"-c{concurrency}",
-            f"-d{int(seconds)}s",
-            "--latency",
-            "-s",
-            str(HERE / "wrk_chat.lua"),
-            url + "/v1/chat/completions",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-    ).stdout
+
+
+def parse_wrk(out: str, url: str) -> tuple[float, float, float, int, float]:
+    """requests/s, p50 and p99 latency (ms), the request count and the mean latency (ms)."""
     if "Non-2xx" in out:
         raise RuntimeError(f"errors from {url}:\n{out}")
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     count = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    mean = re.search(r"Latency\s+([\d.]+\w+)", out).group(1)  # type: ignore[union-attr]
     pct = dict(re.findall(r"^\s+(\d+)%\s+([\d.]+\w+)", out, re.M))
-    return rps, _ms(pct["50"]), _ms(pct["99"]), count
+    return rps, _ms(pct["50"]), _ms(pct["99"]), count, _ms(mean)
 
 
 def _ms(text: str) -> float:
@@ -410,6 +438,183 @@ def one_cell(
     return result
 
 
+@dataclass
+class PacedResult:
+    """One paced cell: ``concurrency`` streams held open, each a token every ``pace_ms``."""
+
+    target: str
+    concurrency: int
+    pace_ms: float
+    streams_per_s: float
+    """Little's law over the window: the streams held open over wrk's mean stream duration."""
+    stream_ms: float
+    ttfb_p50_ms: float
+    ttfb_p99_ms: float
+    cpu_us_per_stream: float | None
+    """The proxy's own CPU (user + sys, /proc) in the window, per stream served in it."""
+    proxy_core: float | None
+    """The proxy's share of its core in the window: near 1 it is saturated and pacing slips."""
+    upstream_core: float
+    loadgen_core: float
+    """wrk's and the TTFB probe's shares of the load core (beside the upstream's)."""
+
+
+def paced_cell(
+    name: str, target: Target, sim_pid: int, concurrency: int, seconds: float, pace_ms: float
+) -> PacedResult:
+    """``concurrency`` paced streams: wrk holds most of them, a few probe connections measure
+    the time to the first body byte of theirs. CPU is read over a window in the steady state
+    (after every connection has had a whole stream, before wrk stops and cuts streams off), so
+    the streams starting and the ones cut at the end do not count."""
+    stream_s = 32 * pace_ms / 1000  # 31 gaps, plus the proxies' and the probes' own time
+    wrk(target.url, concurrency, max(1, round(2 * stream_s)), True, target.api_key)  # warm-up
+    return asyncio.run(_paced(name, target, sim_pid, concurrency, seconds, pace_ms, stream_s))
+
+
+async def _paced(
+    name: str,
+    target: Target,
+    sim_pid: int,
+    concurrency: int,
+    seconds: float,
+    pace_ms: float,
+    stream_s: float,
+) -> PacedResult:
+    probes = max(1, min(16, concurrency // 8))
+    seconds = math.ceil(max(seconds, 4 * stream_s + 2))  # wrk runs whole seconds
+    load = await asyncio.create_subprocess_exec(
+        *wrk_command(target.url, concurrency - probes, seconds),
+        stdout=asyncio.subprocess.PIPE,
+        env=wrk_env(True, target.api_key),
+    )
+    stop_at = time.perf_counter() + seconds - stream_s - 0.5
+    ttfb: list[float] = []
+    headers = {"authorization": "Bearer " + target.api_key}
+    async with aiohttp.ClientSession(headers=headers) as session:
+        workers = [
+            asyncio.create_task(_probe_streams(session, target.url, stop_at, ttfb))
+            for _ in range(probes)
+        ]
+        await asyncio.sleep(1.5 * stream_s + 0.5)  # every connection past its first stream
+        before = _paced_counters(target.pid, sim_pid, load.pid)
+        await asyncio.sleep(seconds - 2.5 * stream_s - 1.5)  # ends before wrk cuts streams
+        after = _paced_counters(target.pid, sim_pid, load.pid)
+        await asyncio.gather(*workers)
+    out, _ = await load.communicate()
+    _, _, _, _, mean_ms = parse_wrk(out.decode(), target.url)
+    wall = after[0] - before[0]
+    streams = wall * concurrency / (mean_ms / 1000)
+    proxy = after[1] - before[1] if target.pid else None
+    q = statistics.quantiles(ttfb, n=100)
+    return PacedResult(
+        name,
+        concurrency,
+        pace_ms,
+        streams / wall,
+        mean_ms,
+        q[49],
+        q[98],
+        None if proxy is None else proxy / streams * 1e6,
+        None if proxy is None else proxy / wall,
+        (after[2] - before[2]) / wall,
+        (after[3] - before[3]) / wall,
+    )
+
+
+def _paced_counters(proxy: int | None, sim: int, load: int) -> tuple[float, float, float, float]:
+    """Wall clock, then CPU seconds of the proxy, the upstream, and wrk plus this process."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return (
+        time.perf_counter(),
+        cpu_seconds(proxy) if proxy else 0.0,
+        cpu_seconds(sim),
+        cpu_seconds(load) + own.ru_utime + own.ru_stime,
+    )
+
+
+async def _probe_streams(
+    session: aiohttp.ClientSession, url: str, stop_at: float, ttfb: list[float]
+) -> None:
+    """Streams one after another on one connection until ``stop_at``; notes each one's time
+    to its first body byte (ms)."""
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Say hello to the simulator, please."}],
+        "max_tokens": 32,
+        "stream": True,
+    }
+    while time.perf_counter() < stop_at:
+        start = time.perf_counter()
+        async with session.post(url + "/v1/chat/completions", json=body) as response:
+            await response.content.readany()
+            ttfb.append((time.perf_counter() - start) * 1000)
+            await response.read()
+
+
+def run_paced(
+    targets: dict[str, Target],
+    sim_pid: int,
+    concurrencies: list[int],
+    seconds: float,
+    pace_ms: float,
+    rounds: int,
+) -> list[PacedResult]:
+    """Every paced cell for every target in turn, ``rounds`` times; each cell's median round
+    by CPU per stream (the direct cell's by its TTFB)."""
+    results = []
+    for concurrency in concurrencies:
+        runs: dict[str, list[PacedResult]] = {name: [] for name in targets}
+        for _ in range(rounds):
+            for name, target in targets.items():
+                runs[name].append(paced_cell(name, target, sim_pid, concurrency, seconds, pace_ms))
+        for cell in runs.values():
+            cell.sort(key=lambda r: r.cpu_us_per_stream or r.ttfb_p50_ms)
+            results.append(cell[len(cell) // 2])
+            print(json.dumps(asdict(cell[len(cell) // 2])), file=sys.stderr)
+    return results
+
+
+def paced_report(results: list[PacedResult]) -> str:
+    by = {(r.target, r.concurrency): r for r in results}
+    lines = [
+        "| paced streams | target | streams/s | stream ms | TTFB p50 ms | added TTFB p50 ms "
+        "| CPU us/stream | x floor | proxy core | upstream core | load generator core |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        direct = by.get(("direct", r.concurrency), r)
+        floor = by.get(("floor", r.concurrency))
+        added = r.ttfb_p50_ms - direct.ttfb_p50_ms
+        cpu = f"{r.cpu_us_per_stream:.0f}" if r.cpu_us_per_stream else ""
+        ratio = (
+            f"{r.cpu_us_per_stream / floor.cpu_us_per_stream:.2f}x"
+            if floor and floor.cpu_us_per_stream and r.cpu_us_per_stream
+            else ""
+        )
+        core = f"{r.proxy_core:.0%}" if r.proxy_core is not None else ""
+        floor_added = floor.ttfb_p50_ms - direct.ttfb_p50_ms if floor else None
+        added_text = f"{added:.3f}"
+        if floor_added and r.target not in ("direct", "floor") and floor_added > 0:
+            added_text += f" ({added / floor_added:.2f}x)"
+        lines.append(
+            f"| {r.concurrency} x {r.pace_ms:g} ms | {r.target} | {r.streams_per_s:,.0f} | "
+            f"{r.stream_ms:.0f} | {r.ttfb_p50_ms:.3f} | {added_text} | {cpu} | {ratio} | "
+            f"{core} | {r.upstream_core:.0%} | {r.loadgen_core:.0%} |"
+        )
+    lines.append("")
+    for r in results:
+        direct = by.get(("direct", r.concurrency))
+        if direct is not None and r.stream_ms > 1.1 * direct.stream_ms:
+            lines.append(
+                f"SLIPPED: {r.target} at {r.concurrency} streams took {r.stream_ms:.0f} ms a "
+                f"stream (direct {direct.stream_ms:.0f}): it fell behind the pace, so it read "
+                "several events a read and its CPU per stream is not the one-event-a-read figure"
+            )
+    return "\n".join(lines)
+
+
 def memory_run(target: Target, total: int) -> list[tuple[int, float]]:
     pid = target.pid
     assert pid is not None
@@ -492,6 +697,9 @@ def main() -> None:
         "--profile", type=Path, help="instead of the matrix: py-spy of gateway-full into DIR"
     )
     parser.add_argument(
+        "--profile-target", choices=["gateway", "gateway-full"], default="gateway-full"
+    )
+    parser.add_argument(
         "--tree",
         action="append",
         default=[],
@@ -499,6 +707,14 @@ def main() -> None:
         help="also measure the gateways of another source tree (a worktree of an older commit)",
     )
     parser.add_argument("--rounds", type=int, default=1, help="each cell's median of N rounds")
+    parser.add_argument(
+        "--paced",
+        default="64,256",
+        help="the paced case's concurrent streams, comma-separated ('' for none)",
+    )
+    parser.add_argument("--pace-ms", type=float, default=20, help="the paced case's token gap")
+    parser.add_argument("--paced-seconds", type=float, default=6, help="each paced cell's run")
+    parser.add_argument("--only-paced", action="store_true", help="the paced case alone")
     parser.add_argument(
         "--scaling",
         action="store_true",
@@ -510,6 +726,8 @@ def main() -> None:
     args = parser.parse_args()
     global UNPINNED
     UNPINNED = args.workers > 1 or args.scaling
+    if not UNPINNED:  # the TTFB probes run here: beside the upstream, away from the proxy
+        os.sched_setaffinity(0, {int(LOAD_CORE)})
     procs = Processes()
     try:
         sim = start_sim(procs, args.upstream)
@@ -519,45 +737,89 @@ def main() -> None:
             return
         with tempfile.TemporaryDirectory() as tmp:
             if args.profile:
-                full = start_gateway(procs, sim, Path(tmp), full=True)
-                profile(full, args.profile, args.seconds)
+                full = args.profile_target == "gateway-full"
+                if not args.only_paced:
+                    profile(start_gateway(procs, sim, Path(tmp), full), args.profile, args.seconds)
+                if args.paced:
+                    paced_sim = start_sim(procs, "fast", args.pace_ms)
+                    wait_http(paced_sim + "/health")
+                    gateway = start_gateway(procs, paced_sim, Path(tmp), full)
+                    streams = max(int(c) for c in args.paced.split(","))
+                    profile_paced(gateway, args.profile, args.seconds, streams, args.pace_ms)
                 return
             wanted = args.targets.split(",")
-            targets: dict[str, Target] = {"direct": Target(sim, None)}
-            if "floor" in wanted:
-                targets["floor"] = start_floor(procs, sim, "aiohttp")
             trees = [
                 ("", None),
                 *((t.split("=", 1)[0] + ":", Path(t.split("=", 1)[1])) for t in args.tree),
             ]
-            if args.scaling:
-                for workers in (1, 2):
-                    targets[f"gateway-{workers}w"] = start_gateway(
-                        procs, sim, Path(tmp), False, workers
-                    )
-            for label, tree in trees:
-                for name, full in (("gateway", False), ("gateway-full", True)):
-                    if name in wanted:
-                        targets[label + name] = start_gateway(
-                            procs, sim, Path(tmp), full, args.workers, tree
-                        )
-            if args.granian:
-                targets["granian-floor"] = start_floor(procs, sim, "aiohttp", "granian")
-            concurrencies = [int(c) for c in args.concurrency.split(",")]
-            results = run_matrix(targets, args.seconds, args.probes, concurrencies, args.rounds)
-            memory = (
-                memory_run(targets["gateway-full"], args.memory_requests)
-                if args.memory_requests and "gateway-full" in targets
-                else []
-            )
-        text = report(results, memory)
+            results: list[Result] = []
+            memory: list[tuple[int, float]] = []
+            if not args.only_paced:
+                targets = start_targets(procs, sim, Path(tmp), wanted, trees, args)
+                concurrencies = [int(c) for c in args.concurrency.split(",")]
+                results = run_matrix(targets, args.seconds, args.probes, concurrencies, args.rounds)
+                memory = (
+                    memory_run(targets["gateway-full"], args.memory_requests)
+                    if args.memory_requests and "gateway-full" in targets
+                    else []
+                )
+            paced: list[PacedResult] = []
+            if args.paced:
+                paced_sim = start_sim(procs, "fast", args.pace_ms)
+                wait_http(paced_sim + "/health")
+                sim_pid = procs.procs[-1].pid
+                paced_targets = start_targets(procs, paced_sim, Path(tmp), wanted, trees, args)
+                paced_concurrency = [int(c) for c in args.paced.split(",")]
+                paced = run_paced(
+                    paced_targets,
+                    sim_pid,
+                    paced_concurrency,
+                    args.paced_seconds,
+                    args.pace_ms,
+                    args.rounds,
+                )
+        text = report(results, memory) if results else ""
+        if paced:
+            text += "\n\n" + paced_report(paced)
         print(text)
         if args.out:
             args.out.write_text(
-                json.dumps({"results": [asdict(r) for r in results], "memory": memory}, indent=1)
+                json.dumps(
+                    {
+                        "results": [asdict(r) for r in results],
+                        "memory": memory,
+                        "paced": [asdict(r) for r in paced],
+                    },
+                    indent=1,
+                )
             )
     finally:
         procs.stop()
+
+
+def start_targets(
+    procs: Processes,
+    sim: str,
+    tmp: Path,
+    wanted: list[str],
+    trees: list[tuple[str, Path | None]],
+    args: argparse.Namespace,
+) -> dict[str, Target]:
+    """Direct, the floor and the gateways (this tree's and each ``--tree``'s) in front of
+    ``sim``."""
+    targets: dict[str, Target] = {"direct": Target(sim, None)}
+    if "floor" in wanted:
+        targets["floor"] = start_floor(procs, sim, "aiohttp")
+    if args.scaling:
+        for workers in (1, 2):
+            targets[f"gateway-{workers}w"] = start_gateway(procs, sim, tmp, False, workers)
+    for label, tree in trees:
+        for name, full in (("gateway", False), ("gateway-full", True)):
+            if name in wanted:
+                targets[label + name] = start_gateway(procs, sim, tmp, full, args.workers, tree)
+    if args.granian:
+        targets["granian-floor"] = start_floor(procs, sim, "aiohttp", "granian")
+    return targets
 
 
 def profile(target: Target, out: Path, seconds: float) -> None:
@@ -570,24 +832,7 @@ def profile(target: Target, out: Path, seconds: float) -> None:
     for stream in (False, True):
         mode = "stream" if stream else "json"
         wrk(url, 64, 2, stream, target.api_key)
-        spy = subprocess.Popen(
-            [
-                str(Path(PYTHON).parent / "py-spy"),
-                "record",
-                "--pid",
-                str(pid),
-                "--rate",
-                "250",
-                "--format",
-                "raw",
-                "--duration",
-                str(int(seconds)),
-                "--output",
-                str(out / f"{mode}.txt"),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        spy = _py_spy(pid, seconds, out / f"{mode}.txt")
         time.sleep(0.5)
         cpu_before = cpu_seconds(pid)
         rps, _, _, count = wrk(url, 64, seconds - 1, stream, target.api_key)
@@ -595,6 +840,63 @@ def profile(target: Target, out: Path, seconds: float) -> None:
         spy.wait()
         (out / f"{mode}.json").write_text(json.dumps({"rps": rps, "cpu_us_per_request": cpu}))
         print(f"{mode}: {rps:,.0f} req/s, {cpu:.0f} CPU us/req, stacks in {out}/{mode}.txt")
+
+
+def profile_paced(
+    target: Target, out: Path, seconds: float, concurrency: int, pace_ms: float
+) -> None:
+    """py-spy samples of the gateway relaying ``concurrency`` paced streams (one event a read),
+    as ``paced.txt``; the CPU per stream of the same window (Little's law, as in the paced
+    cells) as ``paced.json``."""
+    pid = target.pid
+    assert pid is not None
+    out.mkdir(parents=True, exist_ok=True)
+    stream_s = 32 * pace_ms / 1000
+    wrk(target.url, concurrency, max(1, round(2 * stream_s)), True, target.api_key)
+    settle = 1.5 * stream_s + 0.5
+    load = subprocess.Popen(
+        wrk_command(target.url, concurrency, math.ceil(settle + seconds + 1)),
+        stdout=subprocess.PIPE,
+        text=True,
+        env=wrk_env(True, target.api_key),
+    )
+    time.sleep(settle)
+    start, cpu_before = time.perf_counter(), cpu_seconds(pid)
+    spy = _py_spy(pid, seconds, out / "paced.txt")
+    spy.wait()
+    wall, cpu = time.perf_counter() - start, cpu_seconds(pid) - cpu_before
+    output, _ = load.communicate()
+    mean_ms = parse_wrk(output, target.url)[4]
+    streams = wall * concurrency / (mean_ms / 1000)
+    per_stream = cpu / streams * 1e6
+    (out / "paced.json").write_text(
+        json.dumps({"rps": streams / wall, "cpu_us_per_request": per_stream})
+    )
+    print(
+        f"paced: {concurrency} streams, {streams / wall:,.0f} streams/s, "
+        f"{per_stream:.0f} CPU us/stream, stacks in {out}/paced.txt"
+    )
+
+
+def _py_spy(pid: int, seconds: float, output: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            str(Path(PYTHON).parent / "py-spy"),
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            "250",
+            "--format",
+            "raw",
+            "--duration",
+            str(int(seconds)),
+            "--output",
+            str(output),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def compare_clients(procs: Processes, sim: str, seconds: float) -> None:

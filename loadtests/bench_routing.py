@@ -44,7 +44,7 @@ from gateway.routing.pools import Pool, Replica
 from gateway.routing.router import ModelRouter
 from gateway.routing.service import Caller
 from gateway.runtime.table import build_table
-from gateway.tokens.counting import PromptTokens, TokenizerConfig, build_token_counter
+from gateway.tokens import PromptTokens, TokenizerConfig, build_token_counter
 from gateway.upstream.http1 import Http1Upstream
 from gateway.wire.request import Operation, parse_request
 

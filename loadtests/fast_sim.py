@@ -12,16 +12,23 @@ role chunk, ``--chunks`` content events (one send each, as an engine emits them)
 finish chunk, the usage chunk when ``stream_options.include_usage`` asks for it, and ``[DONE]``.
 ``GET /health`` and ``GET /v1/models`` answer for readiness checks.
 
+``--pace-ms N`` paces each stream like an engine decoding: the role chunk and the first token
+at once, then one content event every N ms (the finish and usage chunks and ``[DONE]`` right
+after the last), so a proxy reads one event a read, as it does in front of a real engine;
+without it every event is sent at once and a proxy reads several a read (the meter's fast
+path).
+
 Served through granian's RSGI interface (``--interface asgi`` for the ASGI one): measured here,
 RSGI serves 36-event streams at 20.9k/s against ASGI's 6.4k (concurrency 64, one core shared
 with wrk), which is what gives the streaming cells their 3x headroom over the floor.
 
-    python loadtests/fast_sim.py --port 8001 [--chunks 32] [--interface rsgi|asgi]
+    python loadtests/fast_sim.py --port 8001 [--chunks 32] [--interface rsgi|asgi] [--pace-ms 20]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 from pathlib import Path
@@ -47,7 +54,7 @@ def answers(chunks: int, model: str) -> tuple[bytes, list[bytes], bytes]:
     return document, events, wire.usage_chunk(c, PROMPT_TOKENS, chunks)
 
 
-def make_app(chunks: int, model: str) -> Any:
+def make_app(chunks: int, model: str, pace: float = 0.0) -> Any:
     document, events, usage_event = answers(chunks, model)
     json_start = {
         "type": "http.response.start",
@@ -84,7 +91,9 @@ def make_app(chunks: int, model: str) -> Any:
             await send({"type": "http.response.body", "body": document})
             return
         await send(sse_start)
-        for event in events:
+        for i, event in enumerate(events):
+            if pace and 1 < i < len(events) - 1:  # a token each ``pace``; the finish with the last
+                await asyncio.sleep(pace)
             await send({"type": "http.response.body", "body": event, "more_body": True})
         if (request.get("stream_options") or {}).get("include_usage"):
             await send({"type": "http.response.body", "body": usage_event, "more_body": True})
@@ -93,7 +102,7 @@ def make_app(chunks: int, model: str) -> Any:
     return app
 
 
-def make_rsgi_app(chunks: int, model: str) -> Any:
+def make_rsgi_app(chunks: int, model: str, pace: float = 0.0) -> Any:
     """The same answers through granian's RSGI interface: no ASGI message dicts, a send is one
     call into Rust, so the upstream keeps well ahead of the proxies it feeds (streams above all:
     36 sends each)."""
@@ -114,7 +123,9 @@ def make_rsgi_app(chunks: int, model: str) -> Any:
             proto.response_bytes(200, json_headers, document)
             return
         transport = proto.response_stream(200, sse_headers)
-        for event in events:
+        for i, event in enumerate(events):
+            if pace and 1 < i < len(events) - 1:
+                await asyncio.sleep(pace)
             await transport.send_bytes(event)
         if (request.get("stream_options") or {}).get("include_usage"):
             await transport.send_bytes(usage_event)
@@ -126,7 +137,8 @@ def make_rsgi_app(chunks: int, model: str) -> Any:
 def from_env() -> Any:
     """The app for granian's worker process (a factory: the worker imports this module anew)."""
     make = make_rsgi_app if os.environ.get("FAST_SIM_INTERFACE") == "rsgi" else make_app
-    return make(int(os.environ["FAST_SIM_CHUNKS"]), os.environ["FAST_SIM_MODEL"])
+    pace = float(os.environ.get("FAST_SIM_PACE_MS", "0")) / 1000
+    return make(int(os.environ["FAST_SIM_CHUNKS"]), os.environ["FAST_SIM_MODEL"], pace)
 
 
 def main() -> None:
@@ -135,12 +147,16 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=32)
     parser.add_argument("--model", default=MODEL)
     parser.add_argument("--interface", choices=["rsgi", "asgi"], default="rsgi")
+    parser.add_argument(
+        "--pace-ms", type=float, default=0, help="one content event every N ms (0: all at once)"
+    )
     args = parser.parse_args()
     from granian.constants import Interfaces, Loops
     from granian.server import Server
 
     os.environ["FAST_SIM_CHUNKS"], os.environ["FAST_SIM_MODEL"] = str(args.chunks), args.model
     os.environ["FAST_SIM_INTERFACE"] = args.interface
+    os.environ["FAST_SIM_PACE_MS"] = str(args.pace_ms)
     here = str(Path(__file__).resolve().parent)
     os.environ["PYTHONPATH"] = os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])
     sys.path.insert(0, here)

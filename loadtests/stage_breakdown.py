@@ -7,7 +7,7 @@ passes through (so the upstream client's code called by the forward stage counts
 samples with no stage frame go to the server (uvicorn, httptools, the event loop). Shares
 times CPU us/request give microseconds per request::
 
-    python loadtests/stage_breakdown.py DIR        # prints a Markdown table, JSON and SSE
+    python loadtests/stage_breakdown.py DIR   # a Markdown table: JSON, SSE, SSE paced (per stream)
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ STAGES: list[tuple[str, re.Pattern[str]]] = [
 # stage frame: they count as forward through the ``gateway/upstream/`` pattern above.
 LIBRARIES: list[tuple[str, re.Pattern[str]]] = []
 SERVER = "server"
+# The profiles ``bench_overhead.py --profile`` writes: per request, or per stream when paced.
+MODES = {"json": "JSON", "stream": "SSE", "paced": "SSE paced"}
 ORDER = [
     "parse",
     "auth",
@@ -94,18 +96,19 @@ def shares(collapsed: str) -> dict[str, float]:
 def main() -> None:
     folder = Path(sys.argv[1])
     columns = {}
-    for mode in ("json", "stream"):
-        run = json.loads((folder / f"{mode}.json").read_text())
-        columns[mode] = (run, shares((folder / f"{mode}.txt").read_text()))
-    print("| stage | JSON us/req | JSON share | SSE us/req | SSE share |")
-    print("|---|---|---|---|---|")
+    for mode in MODES:
+        if (folder / f"{mode}.json").exists():
+            run = json.loads((folder / f"{mode}.json").read_text())
+            columns[mode] = (run, shares((folder / f"{mode}.txt").read_text()))
+    print("| stage | " + " | ".join(f"{MODES[m]} us | {MODES[m]} share" for m in columns) + " |")
+    print("|---" * (1 + 2 * len(columns)) + "|")
     for stage in ORDER:
         cells = []
         for run, share in columns.values():
             cells += [f"{share[stage] * run['cpu_us_per_request']:.0f}", f"{share[stage]:.0%}"]
         print(f"| {stage} | " + " | ".join(cells) + " |")
     totals = [
-        f"{run['cpu_us_per_request']:.0f} | {run['rps']:,.0f} req/s" for run, _ in columns.values()
+        f"{run['cpu_us_per_request']:.0f} | {run['rps']:,.0f}/s" for run, _ in columns.values()
     ]
     print("| total | " + " | ".join(totals) + " |")
 

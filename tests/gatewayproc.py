@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -30,6 +32,8 @@ class GatewayProcess:
         self.url = f"http://127.0.0.1:{port}"
         self.base_url = self.url + "/v1"
         self.log_path = log_path
+        self.config_path: Path | None = None
+        """The config file it was started with (a test may rewrite it and reload)."""
 
     def logs(self) -> str:
         return self.log_path.read_text()
@@ -85,14 +89,18 @@ def start_gateway(
     env: dict[str, str] | None = None,
     ready: str = "/healthz",
 ) -> Iterator[GatewayProcess]:
-    """Run ``pd-gateway run`` on a free loopback port until the block ends."""
-    port = free_port()
+    """Run ``pd-gateway run`` on a loopback port until the block ends: port 0 (the server binds
+    a free one and says which in its log) for one worker; several workers are bound by uvicorn's
+    supervisor, whose log names the configured port, so they get a probed free port."""
+    workers = config.get("server", {}).get("workers", 1)
+    port = 0 if workers == 1 else free_port()
     config = {**config, "server": {**config.get("server", {}), "host": "127.0.0.1", "port": port}}
     # The store in the test's folder, and no keys asked unless the test is about them.
     config.setdefault("storage", {"url": f"sqlite:///{tmp_path}/gateway.db"})
     config.setdefault("auth", {"enabled": False})
-    cfg_path = write_config(tmp_path / f"gateway-{port}.yaml", config)
-    log_path = tmp_path / f"gateway-{port}.log"
+    name = f"gateway-{next(_serial)}"
+    cfg_path = write_config(tmp_path / f"{name}.yaml", config)
+    log_path = tmp_path / f"{name}.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "gateway", "run", "--config", str(cfg_path)],
@@ -101,11 +109,33 @@ def start_gateway(
             env={**os.environ, **(env or {})},
         )
     gateway = GatewayProcess(proc, port, log_path)
+    gateway.config_path = cfg_path
     try:
+        if port == 0:
+            gateway.port = _bound_port(gateway)
+            gateway.url = f"http://127.0.0.1:{gateway.port}"
+            gateway.base_url = gateway.url + "/v1"
         _wait_ready(gateway, ready)
         yield gateway
     finally:
         gateway.stop()
+
+
+_serial = itertools.count()
+_RUNNING_ON = re.compile(r"running on http://127\.0\.0\.1:(\d+)")
+
+
+def _bound_port(gateway: GatewayProcess, timeout: float = 60) -> int:
+    """The port the server bound, from its "Uvicorn running on" log line."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = _RUNNING_ON.search(gateway.logs())
+        if found:
+            return int(found.group(1))
+        if gateway.proc.poll() is not None:
+            raise RuntimeError(f"gateway exited with {gateway.proc.returncode}:\n{gateway.logs()}")
+        time.sleep(0.05)
+    raise TimeoutError(f"gateway did not say its port within {timeout}s:\n{gateway.logs()}")
 
 
 def _wait_ready(gateway: GatewayProcess, path: str, timeout: float = 30) -> None:

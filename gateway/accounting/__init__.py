@@ -1,6 +1,6 @@
 """Accounting: prompt token counting (``tokens``) and, beside it, the usage ledger."""
 
-from gateway.tokens.counting import (
+from gateway.tokens import (
     TokenCounter,
     TokenizerConfig,
     TokenizerUnavailable,

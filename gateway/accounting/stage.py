@@ -1,6 +1,6 @@
 """Stage 3, admit, and its other half, settle: reserve before forwarding, true up afterwards::
 
-    reservation = await accounting.admit(arrival, principal, request, route, prompt)  # or 429
+    reservation = await accounting.admit(arrival, principal, request, prompt, cap)  # or 429
     ...                                                   # route, forward, relay
     accounting.settle(reservation, outcome)               # exactly once, whatever happened
 
@@ -14,13 +14,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prometheus_client import Counter
-
 from gateway.accounting.config import AccountingConfig
 from gateway.accounting.ledger import Ledger, UsageRow
 from gateway.accounting.ledger_sql import SqlLedgerStore
 from gateway.limits.admission import Identity, RateLimiter, Reservation
-from gateway.metrics import GatewayMetrics
 from gateway.storage.database import Database
 from gateway.tokens.counting import PromptTokens
 from gateway.wire.outcome import Arrival, Outcome
@@ -28,18 +25,10 @@ from gateway.wire.request import ParsedRequest
 
 
 class Accounting:
-    def __init__(
-        self, config: AccountingConfig, limiter: RateLimiter, metrics: GatewayMetrics
-    ) -> None:
+    def __init__(self, config: AccountingConfig, limiter: RateLimiter) -> None:
         self.config = config
         self.limiter = limiter
         self.ledger: Ledger | None = None
-        self.partial = Counter(
-            "gateway_partial_requests",
-            "Requests accounted from what was delivered (answers not delivered whole)",
-            ["model"],
-            registry=metrics.registry,
-        )
 
     async def start(self, database: Database | None) -> None:
         """Start the ledger writer on the shared store (no store: no ledger)."""
@@ -86,10 +75,7 @@ class Accounting:
 
     def settle(self, reservation: Reservation, outcome: Outcome) -> None:
         """True the reservation up to the outcome's usage and record its ledger row."""
-        usage = outcome.usage
-        self.limiter.settle(reservation, usage.total)
-        if usage.partial:
-            self.partial.labels(outcome.model or "").inc()
+        self.limiter.settle(reservation, outcome.usage.total)
         if self.ledger is not None:
             self.ledger.record(ledger_row(outcome))
 

@@ -59,6 +59,16 @@ SpecT = TypeVar("SpecT", bound=BaseModel)
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
+# The bodies the routes below parse, by model: the OpenAPI document describes them by these.
+REQUEST_MODELS: dict[tuple[str, str], type[BaseModel]] = {
+    ("POST", "/admin/tenants"): TenantSpec,
+    ("PATCH", "/admin/tenants/{tenant}"): TenantUpdate,
+    ("POST", "/admin/tenants/{tenant}/keys"): KeySpec,
+    ("PATCH", "/admin/keys/{key}"): KeyUpdate,
+    ("POST", "/admin/keys/{key}/rotate"): RotateSpec,
+}
+
+
 def admin_routes(auth: AuthService | None) -> list[BaseRoute]:
     """The /admin/ tenant and key routes (none when authentication or the admin API is off)."""
     if auth is None or not auth.config.admin_api:

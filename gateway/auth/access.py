@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 from gateway.auth.models import Principal
-from gateway.errors import ModelNotFound
 
 
 def may_see(principal: Principal | None, model: str) -> bool:
     """No principal means authentication is off: every model."""
     return principal is None or principal.may_use(model)
-
-
-def check_model(principal: Principal | None, model: str) -> None:
-    if not may_see(principal, model):
-        raise ModelNotFound(model)

@@ -24,6 +24,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from gateway.bucket import Bucket
+
 T = TypeVar("T")
 
 
@@ -34,26 +36,21 @@ class _Entry(Generic[T]):
 
 
 class FailureBudget:
-    """A token bucket: ``burst`` failures at once, refilled at ``rate`` per second."""
+    """``burst`` failures at once, refilled at ``rate`` per second (a :class:`Bucket`)."""
 
     def __init__(self, rate: float, burst: float, clock: Callable[[], float]) -> None:
         self.rate, self.burst, self.clock = rate, burst, clock
-        self.tokens, self.updated = burst, clock()
+        self.bucket = Bucket(burst, clock())
 
     def available(self) -> bool:
-        now = self.clock()
-        self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
-        self.updated = now
-        return self.tokens >= 1
+        self.bucket.refill(self.rate, self.burst, self.clock())
+        return self.bucket.level >= 1
 
     def take(self) -> bool:
-        if not self.available():
-            return False
-        self.tokens -= 1
-        return True
+        return self.available() and self.bucket.take()
 
     def give_back(self) -> None:
-        self.tokens = min(self.burst, self.tokens + 1)
+        self.bucket.give_back(1, self.burst)
 
 
 class CredentialCache(Generic[T]):

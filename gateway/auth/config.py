@@ -5,7 +5,8 @@ auth:
   hash_secret: ${PD_GATEWAY_KEY_HASH_SECRET} # the HMAC secret keys are hashed under
   cache_seconds: 5                           # a revoked key is refused everywhere within this
   unknown_key_lookups_per_second: 20         # store reads for unknown key ids, then refused
-  public_metrics: true                       # /metrics without a key
+  metrics_token: ${PD_GATEWAY_METRICS_TOKEN} # the scrape credential: opens /metrics, nothing else
+  public_metrics: false                      # true: /metrics without a key, tenant series left out
   admin_api: true                            # serve /admin/ (admin keys only)
 """
 
@@ -40,7 +41,13 @@ class AuthConfig(StrictModel):
     """The failure budget: store reads that find no such key id, per second (burst: 5 s worth).
     Spent, unknown ids are refused without reading the store until it refills."""
     last_used_flush_seconds: float = Field(30.0, gt=0)
-    public_metrics: bool = True
+    metrics_token: SecretStr | None = Field(None, min_length=MIN_SECRET_LENGTH)
+    """A dedicated scrape credential (``Authorization: Bearer <token>``, as Prometheus'
+    ``authorization.credentials_file`` sends it): it reads ``/metrics`` whole and nothing else.
+    Admin keys read it too."""
+    public_metrics: bool = False
+    """``/metrics`` without a credential too, but without any series labelled by tenant (a
+    caller with an admin key or the scrape token still gets them). Private by default."""
     admin_api: bool = True
 
 

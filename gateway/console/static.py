@@ -49,7 +49,11 @@ def console_routes(*, enabled: bool) -> list[BaseRoute]:
         return []
     page = StaticFile("index.html")
     return [
-        Route("/console", page, methods=["GET"]),
-        Route("/console/", page, methods=["GET"]),
-        *(Route(f"/console/{name}", StaticFile(name), methods=["GET"]) for name in CONSOLE_FILES),
+        # Static files of a web page, not the API: left out of the OpenAPI document.
+        Route("/console", page, methods=["GET"], include_in_schema=False),
+        Route("/console/", page, methods=["GET"], include_in_schema=False),
+        *(
+            Route(f"/console/{name}", StaticFile(name), methods=["GET"], include_in_schema=False)
+            for name in CONSOLE_FILES
+        ),
     ]

@@ -6,7 +6,7 @@ headroom it goes on at once, without a suspension. Otherwise:
 
 - a sheddable band is refused at once (:class:`~gateway.errors.Shed`, 429);
 - it waits, bounded by count and bytes: past either, the newest waiter of the lowest band below
-  it gives way, or it is refused itself (:class:`~gateway.errors.Overloaded`, 503
+  it gives way, or it is refused itself (:class:`~gateway.errors.QueueRefused`, 503
   ``queue_full``); past ``max_wait_seconds`` it is refused (503 ``queue_timeout``), both with
   ``retry-after``;
 - whenever a request leaves a pool (and every ``recheck_seconds`` while anyone waits, since the
@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gateway.errors import Overloaded, Shed
+from gateway.errors import QueueRefused, Shed
 from gateway.flow.config import FlowConfig
 from gateway.values import value
 
@@ -108,7 +108,7 @@ class FlowQueue:
         return list(self._bands)
 
     async def enter(self, ticket: Ticket, has_room: HasRoom) -> float:
-        """Seconds waited (0.0 when it went straight on); raises Shed or Overloaded."""
+        """Seconds waited (0.0 when it went straight on); raises Shed or QueueRefused."""
         if self.waiting == 0 and has_room(self.pending):
             return 0.0
         band = self._bands[ticket.band]
@@ -130,7 +130,7 @@ class FlowQueue:
             if not waiter.future.done():
                 self._remove(band, waiter)
                 self._note(ticket.band, TIMEOUT, self._clock() - started)
-                raise Overloaded(
+                raise QueueRefused(
                     f"No capacity freed within {self.config.max_wait_seconds:g}s; retry later.",
                     code="queue_timeout",
                     headers=self._retry_after(),
@@ -147,7 +147,7 @@ class FlowQueue:
         waited = self._clock() - started
         if waiter.evicted:
             self._note(ticket.band, EVICTED, waited)
-            raise Overloaded(
+            raise QueueRefused(
                 "The queue is full of requests of higher priority; retry later.",
                 headers=self._retry_after(),
             )
@@ -213,7 +213,7 @@ class FlowQueue:
             victim = self._lowest_below(rank)
             if victim is None:
                 self._note(ticket.band, FULL, 0.0)
-                raise Overloaded(
+                raise QueueRefused(
                     "The servers are at capacity and the gateway's queue is full; retry later.",
                     headers=self._retry_after(),
                 )

@@ -23,11 +23,11 @@ from pydantic import BaseModel
 
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.errors import LimiterUnavailable
+from gateway.extras import require
 from gateway.limits.config import LimitsConfig, LimitValues
 from gateway.limits.headers import Header, quota_headers, refusal_error
 from gateway.limits.memory import MemoryLimiter
 from gateway.limits.metrics import LimitMetrics
-from gateway.limits.redis_backend import RedisLimiter
 from gateway.limits.types import BackendUnavailable, LimiterBackend, Subject, Ticket
 from gateway.metrics import GatewayMetrics
 from gateway.values import value
@@ -64,13 +64,13 @@ class Reservation:
     """The quota headers every response of the request carries."""
 
 
-NO_RESERVATION = Reservation(None, 0)
-
-
 def build_backend(config: LimitsConfig, clock: Clock = SYSTEM_CLOCK) -> LimiterBackend:
     """In-process (on the app's clock), or Redis (on Redis's own, one clock for all replicas)."""
     if config.backend == "redis":
         assert config.redis_url is not None  # the config validator guarantees it
+        require("redis", "limits.backend: redis")
+        from gateway.limits.redis_backend import RedisLimiter  # only with the redis extra
+
         return RedisLimiter(
             config.redis_url,
             prefix=config.key_prefix,

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from gateway.bucket import Bucket
 from gateway.limits.config import LimitValues
 from gateway.limits.types import Quota, Refusal, Subject
 
@@ -56,24 +57,14 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-@dataclass(slots=True)
-class Bucket:
-    level: float
-    updated: float
+def wait_for(bucket: Bucket, amount: int, capacity: int) -> float:
+    """Seconds until ``amount`` is available (the level is refilled to ``now``)."""
+    return max(0.0, (amount - bucket.level) * PERIOD / capacity)
 
-    def refill(self, capacity: int, now: float) -> None:
-        if now > self.updated:
-            self.level += (now - self.updated) * capacity / PERIOD
-            self.updated = now
-        self.level = min(self.level, capacity)
 
-    def wait_for(self, amount: int, capacity: int) -> float:
-        """Seconds until ``amount`` is available (the level is refilled to ``now``)."""
-        return max(0.0, (amount - self.level) * PERIOD / capacity)
-
-    def quota(self, capacity: int) -> Quota:
-        remaining = max(0, math.floor(self.level))
-        return Quota(capacity, remaining, (capacity - self.level) * PERIOD / capacity)
+def quota(bucket: Bucket, capacity: int) -> Quota:
+    remaining = max(0, math.floor(bucket.level))
+    return Quota(capacity, remaining, (capacity - bucket.level) * PERIOD / capacity)
 
 
 @dataclass(slots=True)
@@ -92,9 +83,11 @@ class SubjectState:
 
     def refill(self, limits: LimitValues, now: float) -> None:
         if limits.requests_per_minute is not None:
-            self.requests.refill(limits.requests_per_minute, now)
+            rpm = limits.requests_per_minute
+            self.requests.refill(rpm, rpm, now, PERIOD)
         if limits.tokens_per_minute is not None:
-            self.tokens.refill(limits.tokens_per_minute, now)
+            tpm = limits.tokens_per_minute
+            self.tokens.refill(tpm, tpm, now, PERIOD)
         today = day_of(now)
         self.day_used = carried(self.day_used, self.day, today, limits.daily_tokens)
         self.day = today
@@ -107,11 +100,11 @@ def check(subject: Subject, state: SubjectState, tokens: int, now: float) -> Ref
     if rpm is not None and state.requests.level < 1:
         used = rpm - max(0, math.floor(state.requests.level))
         return Refusal(
-            subject, "requests per minute", rpm, used, 1, state.requests.wait_for(1, rpm)
+            subject, "requests per minute", rpm, used, 1, wait_for(state.requests, 1, rpm)
         )
     if tpm is not None and state.tokens.level < tokens:
         used = tpm - max(0, math.floor(state.tokens.level))
-        later = state.tokens.wait_for(tokens, tpm) if tokens <= tpm else None
+        later = wait_for(state.tokens, tokens, tpm) if tokens <= tpm else None
         return Refusal(subject, "tokens per minute", tpm, used, tokens, later)
     conc = lim.concurrent_requests
     if conc is not None and state.in_flight >= conc:
@@ -170,7 +163,7 @@ def quotas(
     for subject, state in zip(subjects, states, strict=True):
         rpm, tpm = subject.limits.requests_per_minute, subject.limits.tokens_per_minute
         if rpm is not None:
-            requests = tightest(requests, state.requests.quota(rpm))
+            requests = tightest(requests, quota(state.requests, rpm))
         if tpm is not None:
-            tokens = tightest(tokens, state.tokens.quota(tpm))
+            tokens = tightest(tokens, quota(state.tokens, tpm))
     return requests, tokens

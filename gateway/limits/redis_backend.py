@@ -19,7 +19,8 @@ from collections.abc import Callable
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from gateway.limits.maths import Bucket, SubjectState, check, quotas
+from gateway.bucket import Bucket
+from gateway.limits.maths import SubjectState, check, quotas
 from gateway.limits.redis_script import ACQUIRE, SETTLE
 from gateway.limits.types import BackendUnavailable, Decision, Refusal, Subject, Ticket
 

@@ -137,27 +137,29 @@ def observe(metrics: GatewayMetrics, outcome: Outcome) -> None:
     model = outcome.model or "unknown"
     pool = outcome.route.pool or ""
     status = outcome.status
-    metrics.requests_by(model, pool, outcome.route.variant or "", str(status)).inc()
-    metrics.duration_by(model, pool).observe(outcome.duration)
+    metrics.requests.labels(model, pool, outcome.route.variant or "", str(status)).inc()
+    metrics.duration.labels(model, pool).observe(outcome.duration)
     tenant = outcome.tenant_id or ""
-    metrics.tenant_requests_by(tenant, f"{status // 100}xx").inc()
+    metrics.tenant_requests.labels(tenant, f"{status // 100}xx").inc()
     if outcome.ending is Ending.CLIENT_GONE:
         metrics.client_disconnects.labels(model, pool).inc()
     if outcome.error_code is not None and outcome.ending is Ending.UPSTREAM_FAILED:
         metrics.upstream_errors.labels(pool, outcome.error_code).inc()
     ttfb = outcome.time_to_first_byte
     if ttfb is not None:
-        metrics.time_to_first_byte_by(model, pool).observe(ttfb)
+        metrics.time_to_first_byte.labels(model, pool).observe(ttfb)
     if outcome.stream and outcome.delivered.first_token_at is not None:
         ttft = outcome.time_to_first_token
         assert ttft is not None
         band = prompt_length_band(outcome.usage.input_tokens or outcome.prompt_tokens)
-        metrics.time_to_first_token_by(model, pool, band).observe(ttft)
+        metrics.time_to_first_token.labels(model, pool, band).observe(ttft)
     per_token = outcome.time_per_output_token
     if per_token is not None:
-        metrics.time_per_output_token_by(model, pool).observe(per_token)
+        metrics.time_per_output_token.labels(model, pool).observe(per_token)
     usage = outcome.usage
     if usage.input_tokens:
-        metrics.tokens_by(tenant, model, "input").inc(usage.input_tokens)
+        metrics.tokens.labels(tenant, model, "input").inc(usage.input_tokens)
     if usage.output_tokens:
-        metrics.tokens_by(tenant, model, "output").inc(usage.output_tokens)
+        metrics.tokens.labels(tenant, model, "output").inc(usage.output_tokens)
+    if usage.partial:
+        metrics.partial_requests.labels(outcome.model or "").inc()

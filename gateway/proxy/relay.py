@@ -103,18 +103,22 @@ class Relay:
         self.status = response.status
         start = [*response.relay_headers(), *headers]
         await send({"type": "http.response.start", "status": response.status, "headers": start})
-        clean = True
+        clean, last = True, b""
         try:
             async for chunk in response.chunks():
                 if self._first_byte_at is None:
                     self._first_byte_at = time.perf_counter()
                 out = meter.feed(chunk)
                 if out:
+                    last = out
                     await send({"type": "http.response.body", "body": out, "more_body": True})
         except GatewayError as err:
             self.error_code = err.code
             clean = False
-            await send({"type": "http.response.body", "body": err.sse_event(), "more_body": True})
+            # An event broken off mid-way is ended first, so the error event is read as its own.
+            cut = b"" if last.endswith((b"\n\n", b"\r\n\r\n")) or not last else b"\n\n"
+            end = cut + err.sse_event()
+            await send({"type": "http.response.body", "body": end, "more_body": True})
         await send({"type": "http.response.body", "body": meter.flush(), "more_body": False})
         return clean
 

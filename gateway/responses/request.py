@@ -31,6 +31,7 @@ from gateway.wire.request import (
     BodyShape,
     Operation,
     ParsedRequest,
+    integral,
     load_object,
     parse_payload,
 )
@@ -148,9 +149,10 @@ def _refuse_stateful(payload: Mapping[str, Any]) -> None:
 
 def _sampling(payload: Mapping[str, Any]) -> Json:
     out: Json = {}
-    cap = payload.get("max_output_tokens")
-    if cap is not None:
-        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+    given = payload.get("max_output_tokens")
+    if given is not None:
+        cap = integral(given)  # 1.0 is an integer, as on every other endpoint
+        if cap is None or cap < 1:
             raise _bad("`max_output_tokens` must be a positive integer.", "max_output_tokens")
         out["max_tokens"] = cap
     for name in ("temperature", "top_p", "stop", "user"):

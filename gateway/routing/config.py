@@ -25,7 +25,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from configkit import StrictModel
-from gateway.tokens.counting import TokenizerConfig
+from gateway.tokens.config import TokenizerConfig
 from gateway.upstream.config import Timeouts
 
 

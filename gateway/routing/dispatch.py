@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 
+from gateway.bucket import Bucket
 from gateway.errors import NoHealthyUpstream
 from gateway.routing.attempts import Attempt, Attempts
 from gateway.routing.config import RetryConfig
@@ -42,20 +43,14 @@ class RetryBudget:
         self._per_second = config.budget_min_per_second
         self._cap = max(10.0, 10 * self._per_second)
         self._clock = clock
-        self._tokens = self._cap
-        self._at = clock()
+        self._bucket = Bucket(self._cap, clock())
 
     def on_request(self) -> None:
-        self._tokens = min(self._cap, self._tokens + self._ratio)
+        self._bucket.give_back(self._ratio, self._cap)
 
     def try_spend(self) -> bool:
-        now = self._clock()
-        self._tokens = min(self._cap, self._tokens + (now - self._at) * self._per_second)
-        self._at = now
-        if self._tokens < 1:
-            return False
-        self._tokens -= 1
-        return True
+        self._bucket.refill(self._per_second, self._cap, self._clock())
+        return self._bucket.take()
 
 
 class _NoPool(Exception):

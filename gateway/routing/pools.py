@@ -59,10 +59,14 @@ class Replica:
 
 
 class Pool:
-    """Replicas of one pool; :meth:`acquire` picks the one with the fewest requests outstanding::
+    """Replicas of one pool; :meth:`take` picks the one with the fewest requests outstanding,
+    and :meth:`give_back` frees it (a request's take and give-back are owned by
+    :class:`gateway.routing.attempts.Attempts`)::
 
-    with pool.acquire() as replica:
+        replica = pool.take(exclude=tried)
         ...  # send to replica.url
+        pool.give_back(replica)
+        pool.record(replica, failure)       # its breaker learns how it went (None: fine)
     """
 
     def __init__(

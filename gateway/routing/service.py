@@ -1,9 +1,9 @@
 """The route stage: choose a variant and a pool order (a :class:`RoutePlan`), and learn from the
 outcome (variant metrics, the canary's rollback window)::
 
-    plan = routing.plan(router, request, scope, principal, prompt)
+    plan = routing.plan(router, request, scope, caller, prompt)
     ...                                        # dispatch, relay, settle
-    routing.observe(router, outcome)           # once, from the request's one outcome
+    routing.observe(router, plan, outcome)     # once, from the request's one outcome
 
 A request the client abandoned, or one the client got wrong (a 4xx), gives no verdict on the
 variant: one tenant cannot roll a canary back for everyone. A request failed over from a canary to

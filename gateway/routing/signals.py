@@ -8,18 +8,22 @@ tasks end with the pool (a reload that retires it) or at :meth:`EngineSignals.ac
     tasks = signals.watch(pool)        # started; the caller cancels them at shutdown
     await signals.aclose()
 
-The HTTP client is aiohttp's, kept apart from the pools' upstream clients: a slow metrics
-endpoint never takes a connection a request could use. Bodies are bounded (``MAX_BODY_BYTES``).
+The HTTP client is aiohttp's (imported when a pool first scrapes; without it the engines'
+gauges stay missing and routing uses the gateway's own view), kept apart from the pools'
+upstream clients: a slow metrics endpoint never takes a connection a request could use.
+Bodies are bounded (``MAX_BODY_BYTES``).
 """
 
 from __future__ import annotations
 
 import asyncio
-
-import aiohttp
+from typing import TYPE_CHECKING
 
 from gateway.routing.gauges import MAX_BODY_BYTES, Fetch, scrape_forever
 from gateway.routing.pools import Pool
+
+if TYPE_CHECKING:
+    import aiohttp
 
 
 class EngineSignals:
@@ -51,6 +55,10 @@ class EngineSignals:
 
     def _http_fetch(self, timeout: float) -> Fetch:
         async def fetch(url: str) -> bytes:
+            # aiohttp comes with the loadtest and dev extras; without it a scrape fails like an
+            # unreachable endpoint (the pool keeps the gateway's own view).
+            import aiohttp
+
             if self._session is None:
                 self._session = aiohttp.ClientSession()
             limit = aiohttp.ClientTimeout(total=timeout)

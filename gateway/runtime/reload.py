@@ -27,7 +27,7 @@ from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.routing.pools import Pool
 from gateway.runtime.state import GatewayState
 from gateway.runtime.table import RoutingTable, build_table, model_counters, retired_pools
-from gateway.tokens.counting import TokenCounter, TokenizerUnavailable
+from gateway.tokens import TokenCounter, TokenizerUnavailable
 
 logger = logging.getLogger(__name__)
 

@@ -13,11 +13,13 @@ import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gateway.accounting.stage import Accounting
 from gateway.auth.service import AuthService, build_auth
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import GatewayConfig
+from gateway.extras import require
 from gateway.flow.gate import FlowGate
 from gateway.flow.metrics import FlowMetrics
 from gateway.limits.admission import RateLimiter
@@ -26,9 +28,10 @@ from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.pools import Pool, ProbeFn, check_forever, check_once
 from gateway.routing.router import ModelRouter
 from gateway.routing.shared import Canaries, LocalCanaries
-from gateway.routing.shared_load import SharedLoad
-from gateway.routing.shared_redis import RedisCanaries
 from gateway.routing.signals import EngineSignals
+
+if TYPE_CHECKING:
+    from gateway.routing.shared_load import SharedLoad
 from gateway.runtime.migrations import all_migrations
 from gateway.runtime.table import RoutingTable, UpstreamFactory, build_table
 from gateway.storage import Database
@@ -78,7 +81,7 @@ class GatewayState:
             config, upstream_factory, routing_metrics, shared_canary=canaries.shared, clock=clock
         )
         limiter = RateLimiter.build(config.limits, metrics, clock)
-        accounting = Accounting(config.accounting, limiter, metrics)
+        accounting = Accounting(config.accounting, limiter)
         database = Database.open(config.storage)
         flow = FlowGate(config.flow, FlowMetrics(metrics)) if config.flow.enabled else None
         return cls(
@@ -154,6 +157,9 @@ def build_shared_load(config: GatewayConfig) -> SharedLoad | None:
     if not (limits.enabled and limits.backend == "redis"):
         return None
     assert limits.redis_url is not None  # the config validator requires it
+    require("redis", "limits.backend: redis")
+    from gateway.routing.shared_load import SharedLoad  # only with the redis extra
+
     return SharedLoad.from_url(
         limits.redis_url, prefix=limits.key_prefix, timeout=limits.redis_timeout
     )
@@ -166,6 +172,9 @@ def build_canaries(
     limits = config.limits
     if limits.enabled and limits.backend == "redis":
         assert limits.redis_url is not None  # the config validator requires it
+        require("redis", "limits.backend: redis")
+        from gateway.routing.shared_redis import RedisCanaries  # only with the redis extra
+
         return RedisCanaries(
             limits.redis_url,
             prefix=limits.key_prefix + ":canary",

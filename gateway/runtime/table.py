@@ -35,7 +35,7 @@ from gateway.routing.policy import SATURATION_REASONS
 from gateway.routing.pools import Pool, Replica
 from gateway.routing.router import ModelRouter
 from gateway.routing.service import Routing
-from gateway.tokens.counting import TokenCounter, counters_for_models
+from gateway.tokens import TokenCounter, counters_for_models
 from gateway.upstream.client import UpstreamClient
 from gateway.values import value
 

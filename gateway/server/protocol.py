@@ -8,7 +8,8 @@ connection (all values from ``server:`` in the gateway config):
 
 - a header deadline from accept (or the first byte of a later request) to the end of the headers:
   408 and close;
-- a body deadline from the end of the headers to the end of the body: 408 and close;
+- a body deadline from the end of the headers to the end of the body, and a minimum rate: after
+  ``body_grace`` a body must have come at ``min_body_rate`` bytes a second: 408 and close;
 - header bytes and header lines counted as they are parsed: 431 and close;
 - a send deadline while the transport's buffer is full: the connection is aborted;
 - a connection cap: at the cap the connection idle longest (no request in progress: still
@@ -29,18 +30,17 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from gateway.errors import HeaderFieldsTooLarge, Overloaded, RequestTimeout
 from gateway.server.uvicorn_config import EdgeUvicornConfig
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
-_BODIES = {
-    408: b'{"error":{"message":"The request was not received in time.","type":'
-    b'"invalid_request_error","param":null,"code":"request_timeout"}}',
-    431: b'{"error":{"message":"The request headers are too large or too many.","type":'
-    b'"invalid_request_error","param":null,"code":"request_header_fields_too_large"}}',
-    503: b'{"error":{"message":"The gateway has too many connections; retry shortly.","type":'
-    b'"server_error","param":null,"code":"server_overloaded"}}',
-}
 _REASONS[503] = b"Service Unavailable"
+# Written before or outside the app, so built once here, by the one error tree.
+_BODIES = {
+    408: RequestTimeout("The request was not received in time.").body(),
+    431: HeaderFieldsTooLarge("The request headers are too large or too many.").body(),
+    503: Overloaded("The gateway has too many connections; retry shortly.").body(),
+}
 
 
 def raw_response(status: int, extra: bytes = b"") -> bytes:
@@ -69,6 +69,8 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
         self._head_raw = 0  # bytes received while reading a head (bounds a line still arriving)
         self._head_bytes = 0  # bytes of the request line and headers parsed so far
         self._header_count = 0
+        self._body_started = 0.0
+        self._body_bytes = 0
 
     # Connection life
 
@@ -159,8 +161,15 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
         self.waiting.pop(self, None)  # a request in progress is not evicted
         self._reading_head = False
         self._head_raw = 0
-        self._arm(self.limits.body_timeout, self._body_timeout)
+        # One timer a request, first at the grace period; a body still arriving re-arms it.
+        self._body_started, self._body_bytes = self.loop.time(), 0
+        limits = self.limits
+        self._arm(min(limits.body_grace, limits.body_timeout), self._body_timeout)
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self._body_bytes += len(body)
+        super().on_body(body)
 
     def on_message_complete(self) -> None:
         self._disarm()
@@ -195,12 +204,23 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if self.transport.is_closing() or cycle is None or not cycle.more_body:
             return
+        left = self._body_allowed() - self.loop.time()
+        if left > 0:  # it keeps the minimum rate: looked at again when its time is up
+            self._arm(left, self._body_timeout)
+            return
         if not cycle.response_started:
             cycle.response_started = cycle.response_complete = True  # the app's answer is moot
             self.transport.write(raw_response(408))
         cycle.disconnected = True
         cycle.message_event.set()
         self.transport.close()
+
+    def _body_allowed(self) -> float:
+        """When the body must be in: the grace period plus its bytes so far at the minimum
+        rate, within the body deadline."""
+        limits = self.limits
+        earned = limits.body_grace + self._body_bytes / limits.min_body_rate
+        return self._body_started + min(earned, limits.body_timeout)
 
     def _refuse(self, status: int) -> None:
         self._disarm()

@@ -20,6 +20,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from gateway.extras import require
 from gateway.storage.config import StorageConfig
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -35,6 +36,8 @@ def async_url(config: StorageConfig) -> URL:
 
 
 def create_engine(config: StorageConfig) -> AsyncEngine:
+    if config.backend == "postgresql":
+        require("postgres", "storage.url: postgresql")
     """An engine; no connection is made until first use."""
     url = async_url(config)
     if config.backend == "sqlite":

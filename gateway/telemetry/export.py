@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
+from gateway.extras import require
 from gateway.telemetry.config import Protocol
 
 HTTP_TRACES_PATH = "/v1/traces"
@@ -33,6 +34,7 @@ def span_exporter(protocol: Protocol, endpoint: str | None) -> SpanExporter:
     Imported here, at build time, so a gateway with tracing off never loads grpc.
     """
     if protocol == "grpc":
+        require("otlp-grpc", "tracing.protocol: grpc")
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
             OTLPSpanExporter as GrpcExporter,
         )

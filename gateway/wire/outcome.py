@@ -224,6 +224,3 @@ class Outcome:
     def upstream_failed(self) -> bool:
         """The upstream failed this request: a 5xx, a connect or read failure, a stall."""
         return self.ending is Ending.UPSTREAM_FAILED or self.delivered.upstream_status >= 500
-
-    def route_headers(self) -> list[tuple[bytes, bytes]]:
-        return self.route.headers()

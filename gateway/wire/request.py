@@ -215,7 +215,7 @@ def _bounded_count(payload: dict[str, Any], name: str, limit: int) -> int | None
     value = payload.get(name)
     if value is None:
         return None
-    value = _integral(value)
+    value = integral(value)
     if value is None or value < 1:
         raise InvalidParameter(f"`{name}` must be a positive integer.", param=name)
     if value > limit:
@@ -252,7 +252,7 @@ def _max_tokens(payload: dict[str, Any], limit: int) -> int | None:
     return found
 
 
-def _integral(value: object) -> int | None:
+def integral(value: object) -> int | None:
     """An integer, or a float with no fraction (JSON Schema counts ``1.0`` as an integer, and so
     does vLLM's validation); None for anything else."""
     if isinstance(value, bool):

@@ -1,3 +1,5 @@
-from loadtests.pdload.cli import main
+import sys
 
-main()
+from loadtests.pdload.entry import main
+
+sys.exit(main())

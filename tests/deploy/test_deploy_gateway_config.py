@@ -38,6 +38,7 @@ SECRET_STAND_INS = {
     "DATABASE_URL": "postgresql://pdgateway:password@db.example.internal:5432/pdgateway",
     "PD_GATEWAY_KEY_HASH_SECRET": "0123456789abcdef0123456789abcdef",
     "REDIS_URL": "redis://redis.pd-gateway.svc:6379/0",
+    "PD_GATEWAY_METRICS_TOKEN": "fedcba9876543210fedcba9876543210",
 }
 
 
@@ -63,6 +64,11 @@ def test_gateway_config_parses(rendered: Rendered, overlay: str) -> None:
     assert config.auth.hash_secret is not None
     assert (
         config.auth.hash_secret.get_secret_value() == SECRET_STAND_INS["PD_GATEWAY_KEY_HASH_SECRET"]
+    )
+    # /metrics is private: read with the scrape token from the Secret, never public.
+    assert not config.auth.public_metrics and config.auth.metrics_token is not None
+    assert (
+        config.auth.metrics_token.get_secret_value() == SECRET_STAND_INS["PD_GATEWAY_METRICS_TOKEN"]
     )
     deployment = one(rendered[overlay], "Deployment", "pd-gateway")
     ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]

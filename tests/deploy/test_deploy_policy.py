@@ -129,7 +129,12 @@ def test_gateway_is_highly_available_and_probed(rendered: Rendered) -> None:
 def test_gateway_secrets_come_only_from_secret_refs(rendered: Rendered) -> None:
     deployment = one(rendered["eks-g6"], "Deployment", "pd-gateway")
     env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
-    for name in ("DATABASE_URL", "PD_GATEWAY_KEY_HASH_SECRET", "REDIS_URL"):
+    for name in (
+        "DATABASE_URL",
+        "PD_GATEWAY_KEY_HASH_SECRET",
+        "REDIS_URL",
+        "PD_GATEWAY_METRICS_TOKEN",
+    ):
         assert "value" not in env[name]
         assert env[name]["valueFrom"]["secretKeyRef"]["name"] == "pd-gateway-secrets"
     # The config file the admin commands (kubectl exec ... pd-gateway keys) read is the mounted one.

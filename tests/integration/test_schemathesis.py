@@ -30,10 +30,6 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(tmp_path: Pa
                 [
                     str(SCHEMATHESIS), "run", gateway.url + "/openapi.json",
                     "--checks", "all",
-                    # The Responses API's input items are described loosely (an object each):
-                    # the gateway checks their shapes itself, so a schema-valid item may be a
-                    # clear 400. Every other check runs on every operation.
-                    "--exclude-checks", "positive_data_acceptance",
                     "--header", f"Authorization: Bearer {key}",
                     "--max-examples", "15", "--seed", "17", "--workers", "1",
                     "--max-time", "90", "--request-timeout", "10", "--output-sanitize", "false",

@@ -158,10 +158,12 @@ def gateway_config(tmp_path: Path, **overrides: Any) -> GatewayConfig:
 
 @asynccontextmanager
 async def running_gateway(
-    tmp_path: Path, scripts: dict[str, Script], **overrides: Any
+    tmp_path: Path, scripts: dict[str, Script], clock: ManualClock | None = None, **overrides: Any
 ) -> AsyncIterator[Gateway]:
+    """The app on ``tmp_path``'s store; two on one path are two replicas sharing it (give them
+    one ``clock``)."""
     made, make = factory(scripts)
-    clock = ManualClock()
+    clock = clock or ManualClock()
     config = gateway_config(tmp_path, **overrides)
     app = create_app(config, upstream_factory=make, clock=clock)  # type: ignore[arg-type]
     state: GatewayState = app.state.gateway

@@ -14,14 +14,20 @@ from tests.seam.upstream import Script
 SCRIPTS = {"default": Script(), "held": Script(chunks=2, gap=300.0)}
 
 
+def the_cap(layer: object) -> InFlightLimit | None:
+    """The cap in the stack: just inside the request ids, before spans and auth."""
+    while layer is not None and not isinstance(layer, InFlightLimit):
+        layer = getattr(layer, "proxied", None) or getattr(layer, "app", None)
+    return layer
+
+
 async def test_the_in_flight_cap_is_applied_by_the_factory(tmp_path: Path) -> None:
     overrides = {"server": {"access_log": False, "max_requests_in_flight": 1}}
     async with running_gateway(tmp_path, SCRIPTS, **overrides) as gw:
         held = asyncio.create_task(gw.call(CHAT, chat("held", stream=True)))
         async with asyncio.timeout(30):  # the stack is built by the first call
-            while not isinstance(gw.app.middleware_stack, InFlightLimit):
+            while (cap := the_cap(gw.app.middleware_stack)) is None:
                 await asyncio.sleep(0.01)
-            cap = gw.app.middleware_stack  # outermost: before ids, spans and auth
             while cap.in_flight < 1:
                 await asyncio.sleep(0.01)
         refused = await gw.call(CHAT, chat())

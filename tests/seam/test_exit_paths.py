@@ -26,6 +26,7 @@ SCRIPTS = {
     "late": Script(kind="timeout"),
     "e500": Script(kind="status", status=500),
     "e400": Script(kind="status", status=400),
+    "unended": Script(chunks=2, unended=3 << 20),  # 3 MiB of one event that never ends
 }
 
 
@@ -108,6 +109,22 @@ async def test_a_stream_broken_mid_way_ends_with_an_error_event_and_is_counted(
             assert outcome is not None and outcome.ending is Ending.UPSTREAM_FAILED
             assert outcome.usage.source is UsageSource.COUNTED and outcome.usage.partial
             assert outcome.usage.output_tokens >= 1
+        settled_once(gw)
+    assert len(gw.ledger_rows()) == 2
+
+
+async def test_an_upstream_event_that_never_ends_is_cut_at_the_bound(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path, SCRIPTS) as gw:
+        for extra in ({}, {"stream_options": {"include_usage": True}}):
+            reply = await gw.call(CHAT, chat("unended", stream=True, **extra))
+            assert reply.status == 200 and len(reply.body) < (1 << 20) + (1 << 17)  # cut at 1 MiB
+            last = reply.body.rstrip(b"\n").rsplit(b"\n\n", 1)[-1]
+            error = orjson.loads(last.removeprefix(b"data: "))["error"]
+            assert error["code"] == "upstream_event_too_large"
+            outcome = reply.outcome
+            assert outcome is not None and outcome.ending is Ending.UPSTREAM_FAILED
+            assert outcome.error_code == "upstream_event_too_large"
+            assert outcome.usage.output_tokens >= 2 and outcome.usage.partial
         settled_once(gw)
     assert len(gw.ledger_rows()) == 2
 

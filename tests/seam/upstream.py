@@ -40,6 +40,8 @@ class Script:
     """Seconds between chunks."""
     tool_call: bool = False
     """Answer with a call of the function ``lookup`` (its arguments in ``chunks`` pieces)."""
+    unended: int = 0
+    """After the content chunks, this many bytes of one event never ended (64 KiB pieces)."""
 
 
 @dataclass
@@ -104,6 +106,8 @@ class FakeResponse:
                 await asyncio.sleep(script.gap)
             choice = _call_delta(i) if script.tool_call else _delta(f"tok{i} ")
             yield _event({"id": "c1", "model": "m", "choices": [choice]})
+        for start in range(0, script.unended, 1 << 16):
+            yield b"x" * min(1 << 16, script.unended - start)
         if self._include_usage and script.usage:
             usage = {"prompt_tokens": 11, "completion_tokens": script.chunks, "total_tokens": 0}
             yield _event({"id": "c1", "model": "m", "choices": [], "usage": usage})

@@ -232,9 +232,22 @@ def test_admin_api_errors(admin: Admin) -> None:
     assert admin.client.post("/keys/nosuchkey123/revoke").status_code == 404
 
 
-@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics", "/openapi.json"])
+@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/openapi.json"])
 def test_public_paths_need_no_key(gateway: GatewayProcess, path: str) -> None:
     assert httpx.get(gateway.url + path).status_code == 200
+
+
+def test_tenant_figures_are_private_by_default(
+    gateway: GatewayProcess, admin: Admin, sdk: Sdk, issued_secrets: list[str]
+) -> None:
+    chat(sdk(new_key(admin, issued_secrets)["key"]))  # acme's tokens are counted
+    anonymous = httpx.get(gateway.url + "/metrics")
+    assert anonymous.status_code == 401 and "acme" not in anonymous.text
+    tenant_key = new_key(admin, issued_secrets)["key"]
+    as_tenant = httpx.get(gateway.url + "/metrics", headers={"api-key": tenant_key})
+    assert as_tenant.status_code == 403
+    whole = httpx.get(gateway.url + "/metrics", headers=dict(admin.client.headers))
+    assert whole.status_code == 200 and 'tenant="acme"' in whole.text
 
 
 def test_every_other_path_needs_a_key(gateway: GatewayProcess) -> None:

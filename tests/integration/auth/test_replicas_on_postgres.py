@@ -1,6 +1,9 @@
 """Two gateway processes on one real PostgreSQL: a key revoked (or its tenant disabled) through one
-stops working on the other within the configured bound (auth.cache_seconds); a key made or rotated
-through one works on the other at once (within the one-second reread)."""
+stops working on the other too, through the shared store.
+
+How long the other may keep serving it (auth.cache_seconds, and the one-second reread after a
+rotation) is timing, checked on a clock the test moves: tests/seam/test_key_cache_clock.py. Here
+the other replica is polled, with a generous deadline, until it refuses."""
 
 from __future__ import annotations
 
@@ -15,8 +18,8 @@ from tests.integration.auth.conftest import ENV, Admin, admin_key, auth_gateway_
 from tests.pgserver import PostgresServer, start_postgres
 from tests.simproc import SimProcess
 
-BOUND = 2.0
-SLACK = 1.0  # a loaded CI machine: request latency on top of the bound
+BOUND = 0.5
+DEADLINE = 60.0  # a loaded machine: only a replica that never learns of the change fails
 MESSAGES: list[dict[str, str]] = [{"role": "user", "content": "hello"}]
 
 Replicas = tuple[GatewayProcess, GatewayProcess, Admin]
@@ -53,14 +56,16 @@ def _works(gateway: GatewayProcess, key: str) -> bool:
     return True
 
 
-def _seconds_until_refused(gateway: GatewayProcess, key: str, since: float) -> float:
+def _refused_in_the_end(gateway: GatewayProcess, key: str) -> bool:
+    deadline = time.monotonic() + DEADLINE
     while _works(gateway, key):
-        assert time.monotonic() - since < BOUND + SLACK, "still accepted past the bound"
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.05)
-    return time.monotonic() - since
+    return True
 
 
-def test_revoking_through_one_replica_reaches_the_other_within_the_bound(
+def test_revoking_through_one_replica_reaches_the_other(
     replicas: Replicas,
 ) -> None:
     first, second, admin = replicas
@@ -70,28 +75,15 @@ def test_revoking_through_one_replica_reaches_the_other_within_the_bound(
     assert _works(first, key) and _works(second, key)  # both caches warm
 
     admin.post(f"/keys/{issued['id']}/revoke")
-    revoked_at = time.monotonic()
     assert not _works(first, key)  # the replica that revoked: at once
-    assert _seconds_until_refused(second, key, revoked_at) <= BOUND + SLACK
+    assert _refused_in_the_end(second, key)
 
 
-def test_disabling_a_tenant_reaches_the_other_within_the_bound(replicas: Replicas) -> None:
+def test_disabling_a_tenant_reaches_the_other(replicas: Replicas) -> None:
     first, second, admin = replicas
     admin.post("/tenants", {"id": "gone"})
     key = admin.post("/tenants/gone/keys", {"name": "k"})["key"]
     assert _works(second, key)
     admin.post("/tenants/gone/disable")
-    disabled_at = time.monotonic()
     assert not _works(first, key)
-    assert _seconds_until_refused(second, key, disabled_at) <= BOUND + SLACK
-
-
-def test_a_key_rotated_through_one_works_on_the_other_at_once(replicas: Replicas) -> None:
-    first, second, admin = replicas
-    admin.post("/tenants", {"id": "rot"})
-    issued = admin.post("/tenants/rot/keys", {"name": "k"})
-    assert _works(second, issued["key"])  # second caches the old secret's hash
-    time.sleep(1.0)  # the reread allowance: an entry at least a second old is read again
-    rotated = admin.post(f"/keys/{issued['id']}/rotate")
-    assert _works(second, rotated["key"])
-    assert _works(first, rotated["key"])
+    assert _refused_in_the_end(second, key)

@@ -18,7 +18,7 @@ import pytest
 import tiktoken
 import yaml
 
-from gateway.tokens.counting import TokenizerConfig, build_token_counter
+from gateway.tokens import TokenizerConfig, build_token_counter
 from tests.gatewayproc import start_gateway
 from tests.integration.limits.limitsetup import MODEL, ledger_rows, limited_config
 from tests.simproc import start_sim

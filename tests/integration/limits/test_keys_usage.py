@@ -58,7 +58,11 @@ def test_key_and_tenant_limits_and_usage_reports(tmp_path: Path) -> None:
             for _ in range(5):  # another tenant: only the config's 1000
                 ask(stranger["key"], gateway.base_url, max_tokens=6)
 
-            time.sleep(0.5)  # the ledger writes every 50 ms
+            # The ledger writes in batches: poll until the last request's row is there.
+            deadline = time.monotonic() + 30
+            while sum(r["requests"] for r in usage(gateway.url, stranger["key"])) < 5:
+                assert time.monotonic() < deadline, "the ledger never wrote the rows"
+                time.sleep(0.05)
             mine = usage(gateway.url, tight["key"])
             assert [(r["model"], r["requests"], r["output_tokens"]) for r in mine] == [
                 (MODEL, 2, 8)

@@ -17,7 +17,7 @@ import orjson
 import pytest
 import tiktoken
 
-from gateway.tokens.counting import TokenizerConfig, build_token_counter
+from gateway.tokens import TokenizerConfig, build_token_counter
 from tests.gatewayproc import GatewayProcess, start_gateway
 from tests.integration.limits.limitsetup import MODEL, STEERING, ledger_rows
 from tests.simproc import SimProcess, start_sim

@@ -25,7 +25,7 @@ from typing import Any
 import openai
 import orjson
 
-from gateway.tokens.counting import TokenizerConfig, build_token_counter
+from gateway.tokens import TokenizerConfig, build_token_counter
 from gateway.wire.request import Operation
 from serve_app.procs import alive, this_proc
 from tests.gatewayproc import GatewayProcess, start_gateway

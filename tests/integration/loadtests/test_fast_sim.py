@@ -1,6 +1,6 @@
 """The overhead benchmark's upstream (loadtests/fast_sim.py, a fixed-answer simulator on
-granian) speaks the OpenAI wire format on both of granian's interfaces, so the proxies it
-measures relay real answers: checked with the official SDK."""
+granian) speaks the OpenAI wire format on both of granian's interfaces, paced or not, so the
+proxies it measures relay real answers: checked with the official SDK."""
 
 from __future__ import annotations
 
@@ -21,12 +21,14 @@ FAST_SIM = Path(__file__).resolve().parents[3] / "loadtests" / "fast_sim.py"
 CHUNKS = 5
 
 
-@pytest.fixture(params=["rsgi", "asgi"])
+@pytest.fixture(params=[("rsgi", 0), ("asgi", 0), ("rsgi", 1), ("asgi", 1)])
 def fast_sim(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Both interfaces, each sending a stream at once and paced (a token every 1 ms)."""
+    interface, pace_ms = request.param
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, str(FAST_SIM), "--port", str(port), "--chunks", str(CHUNKS),
-         "--model", "m", "--interface", request.param],
+         "--model", "m", "--interface", interface, "--pace-ms", str(pace_ms)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"

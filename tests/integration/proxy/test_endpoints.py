@@ -112,12 +112,14 @@ def test_sigterm_lets_in_flight_streams_finish(tmp_path: Path) -> None:
         sim.wait_for_requests(1)
         time.sleep(0.2)
         gateway.proc.send_signal(signal.SIGTERM)
-        time.sleep(0.2)
         refused = False
-        try:
-            httpx.get(gateway.url + "/healthz", timeout=1)
-        except httpx.HTTPError:
-            refused = True
+        deadline = time.monotonic() + 10  # until the listener is closed: polled, not slept
+        while not refused and time.monotonic() < deadline:
+            try:
+                httpx.get(gateway.url + "/healthz", timeout=1)
+                time.sleep(0.02)
+            except httpx.HTTPError:
+                refused = True
         reader.join(10)
         assert refused, "a stopping gateway must not accept new connections"
         assert lines[-1] == "data: [DONE]"

@@ -37,7 +37,8 @@ def rewrite(
     gw: GatewayProcess, tmp_path: Path, config: dict[str, Any] | str, **server: Any
 ) -> None:
     """Replace the running gateway's config file (keeping its server section, plus ``server``)."""
-    path = tmp_path / f"gateway-{gw.port}.yaml"
+    path = gw.config_path
+    assert path is not None
     if isinstance(config, str):
         path.write_text(config)
         return

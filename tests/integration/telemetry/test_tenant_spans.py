@@ -57,7 +57,8 @@ def test_spans_carry_tenant_and_key_public_id_but_no_secret(
             sdk.completions.create(
                 model=MODEL, prompt="hi", max_tokens=2, extra_headers={"x-request-id": "acme-1"}
             )
-        metrics = httpx.get(gateway.url + "/metrics", timeout=5).text
+        admin_only = {"Authorization": f"Bearer {admin_secret}"}  # tenant series: not public
+        metrics = httpx.get(gateway.url + "/metrics", headers=admin_only, timeout=5).text
 
     def is_server(span: ReceivedSpan) -> bool:
         return span.kind == SERVER and span.attributes.get("gateway.correlation_id") == "acme-1"

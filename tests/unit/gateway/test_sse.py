@@ -1,8 +1,9 @@
 import itertools
 
 import orjson
+import pytest
 
-from gateway.wire.meter import StreamMeter
+from gateway.wire.meter import MAX_EVENT_BYTES, OversizedEvent, StreamMeter
 
 
 def event(obj: object) -> bytes:
@@ -201,3 +202,111 @@ def test_a_run_holding_anything_but_plain_deltas_is_decoded_event_by_event() -> 
     assert meter.feed(stream) == stream
     assert meter._deferred == []  # the comment failed the run's counts
     assert meter.content_events == 3 and "".join(meter.output_parts) == "abc"
+
+
+def test_an_event_a_read_meters_as_the_whole_stream_in_one_read() -> None:
+    """A paced stream (one event a read) takes the single-delta path: the same forwarded bytes,
+    counts, text, times and usage as the stream read at once."""
+    events = [*LONG, USAGE, b"data: [DONE]\n\n"]
+    ticks = itertools.count(1.0)
+    paced = StreamMeter(strip_usage=True, clock=lambda: next(ticks))
+    forwarded = b"".join(paced.feed(e) for e in events) + paced.flush()
+    whole = StreamMeter(strip_usage=True)
+    assert forwarded == whole.feed(b"".join(events)) + whole.flush()
+    assert paced._deferred == LONG[2:-1]  # each delta after the first token, undecoded
+    assert (paced.first_token_at, paced.last_token_at) == (1.0, 20.0)
+    delivered = paced.delivered(status=200, upstream_status=200, first_byte_at=0, error_code=None)
+    assert delivered.content_events == 20 and delivered.finish_reasons == ("length",)
+    assert paced.usage == whole.usage and paced.done
+    assert "".join(paced.output_parts) == "".join(whole.output_parts) == "".join(WORDS)
+
+
+def test_a_single_event_with_usage_or_two_reasons_is_decoded_even_alone() -> None:
+    """Continuous usage stats (a usage block in every delta) and a second choice finishing are
+    never kept undecoded, one event a read included; a cut stream bills every delivered word."""
+    with_usage = event(
+        {
+            "id": "c1",
+            "choices": [{"index": 0, "delta": {"content": "u"}, "finish_reason": None}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+        }
+    )
+    both = event(
+        {
+            "id": "c1",
+            "choices": [
+                {"index": 0, "delta": {"content": "x"}, "finish_reason": None},
+                {"index": 1, "delta": {}, "finish_reason": "stop"},
+            ],
+        }
+    )
+    meter = StreamMeter()
+    for e in [ROLE, vllm_delta("a"), with_usage, both, vllm_delta("b")]:
+        meter.feed(e)
+    assert meter._deferred == [vllm_delta("b")]
+    assert meter.usage is not None and meter.finish_reasons == ["stop"]
+    cut = StreamMeter()
+    for e in [ROLE, vllm_delta("a"), vllm_delta("b"), vllm_delta("c")]:
+        cut.feed(e)
+    delivered = cut.delivered(status=200, upstream_status=200, first_byte_at=0, error_code=None)
+    assert delivered.output_text == "abc" and delivered.content_events == 3
+
+
+def test_crlf_framing_meters_as_lf_wherever_chunks_split() -> None:
+    crlf = STREAM.replace(b"\n", b"\r\n")
+    for cut in range(1, len(crlf)):
+        meter = StreamMeter(strip_usage=True)
+        forwarded = meter.feed(crlf[:cut]) + meter.feed(crlf[cut:]) + meter.flush()
+        assert forwarded == STREAM.replace(USAGE, b"")  # forwarded whole, framed by LF
+        assert meter.content_events == 2 and meter.finish_reasons == ["length"]
+        assert meter.usage is not None and meter.done
+
+
+def test_an_unended_event_past_the_bound_breaks_the_stream() -> None:
+    # An upstream that never ends its event (no blank line): the meter holds at most
+    # MAX_EVENT_BYTES of it, then raises, whatever the pieces' size.
+    for piece in (b"x" * 4096, b"data: " + b"x" * 1000 + b"\n"):
+        for strip in (False, True):
+            meter = StreamMeter(strip_usage=strip)
+            meter.feed(ROLE + TOKENS[0])
+            fed = 0
+            with pytest.raises(OversizedEvent) as caught:
+                while fed <= 2 * MAX_EVENT_BYTES:
+                    meter.feed(piece)
+                    fed += len(piece)
+            assert fed <= MAX_EVENT_BYTES < fed + len(piece)  # raised by the piece past it
+            assert caught.value.code == "upstream_event_too_large"
+            assert meter.flush() == b""  # nothing of the oversized event is forwarded
+            assert meter.content_events == 1
+
+
+def test_a_long_event_under_the_bound_is_metered_whole() -> None:
+    text = "y" * (MAX_EVENT_BYTES // 2)
+    long = event({"id": "c1", "choices": [{"index": 0, "delta": {"content": text}}]})
+    for strip in (False, True):
+        meter = StreamMeter(strip_usage=strip)
+        pieces = [long[i : i + 1000] for i in range(0, len(long), 1000)]
+        forwarded = b"".join(meter.feed(p) for p in [ROLE, *pieces]) + meter.flush()
+        assert forwarded == ROLE + long
+        assert meter.content_events == 1 and meter.output_parts == [text]
+
+
+def test_decoded_events_accept_crlf_and_the_bound() -> None:
+    crlf = STREAM.replace(b"\n", b"\r\n")
+    meter = StreamMeter()
+    cut = crlf.index(b"\r\n\r\n") + 1  # between the CR and the LF ending the first line
+    decoded = [*meter.feed_decoded(crlf[:cut]), *meter.feed_decoded(crlf[cut:])]
+    assert len(decoded) == 5 and meter.done and meter.usage is not None
+    with pytest.raises(OversizedEvent):
+        for _ in range(MAX_EVENT_BYTES // 4096 + 1):
+            meter.feed_decoded(b"y" * 4096)
+
+
+def test_an_event_a_read_with_crlf_framing_is_forwarded_as_lf_when_stripping() -> None:
+    """One event a read in CRLF framing, or ending CR LF LF, is not the single-delta path's: it
+    is framed like any other (forwarded with LF line ends when stripping)."""
+    for crlf in (vllm_delta("b").replace(b"\n", b"\r\n"), vllm_delta("b")[:-2] + b"\r\n\n"):
+        meter = StreamMeter(strip_usage=True)
+        forwarded = b"".join(meter.feed(e) for e in [ROLE, vllm_delta("a"), crlf])
+        assert forwarded == ROLE + vllm_delta("a") + vllm_delta("b")
+        assert "".join(meter.output_parts) == "ab"

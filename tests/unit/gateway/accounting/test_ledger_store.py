@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +17,13 @@ from gateway.storage import Database
 
 DAY = 86400
 T0 = 1_800_000_000.0  # 2027-01-15 08:00 UTC
+
+
+async def until(condition: Callable[[], bool], deadline: float = 30.0) -> None:
+    """Poll for a state (a machine under load may take long), never a fixed sleep."""
+    async with asyncio.timeout(deadline):
+        while not condition():
+            await asyncio.sleep(0.01)
 
 
 def row(i: int, *, model: str = "m", key: str = "k1", at: float = T0) -> UsageRow:
@@ -91,8 +98,8 @@ async def test_rows_wait_while_the_store_fails_then_are_written(database: Databa
     await ledger.start()
     for i in range(25):
         ledger.record(row(i))
-    await asyncio.sleep(0.1)
-    assert ledger.write_failures > 0 and ledger.pending == 25
+    await until(lambda: ledger.write_failures > 0)  # the writer has tried, and failed
+    assert ledger.pending == 25
     await database.migrate(all_migrations())
     await ledger.close()
     assert await store.count() == 25

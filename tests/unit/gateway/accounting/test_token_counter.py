@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import tiktoken
 
-from gateway.tokens.counting import (
+from gateway.tokens import (
     TokenizerConfig,
     TokenizerUnavailable,
     build_token_counter,

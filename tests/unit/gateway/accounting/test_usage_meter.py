@@ -9,7 +9,7 @@ import orjson
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-from gateway.tokens.counting import TokenCounter, TokenizerConfig, build_token_counter
+from gateway.tokens import TokenCounter, TokenizerConfig, build_token_counter
 from gateway.wire.meter import StreamMeter
 from gateway.wire.request import Operation
 from gateway.wire.usage import (

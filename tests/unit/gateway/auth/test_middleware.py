@@ -11,7 +11,7 @@ from gateway.auth.authenticator import Authenticator
 from gateway.auth.config import AuthConfig
 from gateway.auth.keys import KeyHasher
 from gateway.auth.manage import KeyManager, KeySpec, TenantSpec
-from gateway.auth.middleware import AuthMiddleware, public_paths
+from gateway.auth.middleware import PUBLIC_VIEW_KEY, AuthMiddleware, MetricsAccess, public_paths
 from gateway.auth.store import AuthStore
 from gateway.storage import Database
 from gateway.wire.outcome import PRINCIPAL_KEY
@@ -95,28 +95,61 @@ async def test_admin_keys_open_admin_routes(setup: Any) -> None:
 
 async def test_public_paths_and_lifespan_pass_websockets_do_not(setup: Any) -> None:
     middleware, inner, _, _ = setup
-    for path in ("/healthz", "/readyz", "/metrics", "/openapi.json"):
+    for path in ("/healthz", "/readyz", "/openapi.json"):
         await middleware(_http(path), None, Sent())
     await middleware({"type": "lifespan"}, None, Sent())
-    assert len(inner.seen) == 5
+    assert len(inner.seen) == 4
     sent = Sent()
     await middleware({"type": "websocket", "path": "/healthz", "headers": []}, None, sent)
     assert sent.messages == [{"type": "websocket.close", "code": 1008}]
-    assert len(inner.seen) == 5
+    assert len(inner.seen) == 4
 
 
-async def test_private_metrics_take_admin_keys_not_tenant_keys(setup: Any) -> None:
-    base, inner, tenant, admin = setup
-    private = AuthMiddleware(
-        inner,
-        authenticator=base.authenticator,
-        public=public_paths(AuthConfig(public_metrics=False)),
+SCRAPE_TOKEN = "scrape-token-0123456789abcdef"
+
+
+def metrics_middleware(base: AuthMiddleware, inner: Inner, **config: Any) -> AuthMiddleware:
+    access = MetricsAccess.of(AuthConfig(**config))
+    return AuthMiddleware(
+        inner, authenticator=base.authenticator, public=base.public, metrics=access
     )
-    refused = Sent()
-    await private(_http("/metrics", (b"authorization", f"Bearer {tenant}".encode())), None, refused)
-    assert refused.messages[0]["status"] == 403
-    await private(_http("/metrics", (b"authorization", f"Bearer {admin}".encode())), None, Sent())
-    assert [s["path"] for s in inner.seen] == ["/metrics"]
+
+
+def bearer(token: str) -> tuple[bytes, bytes]:
+    return (b"authorization", f"Bearer {token}".encode())
+
+
+async def test_metrics_take_admin_keys_or_the_scrape_token_only(setup: Any) -> None:
+    base, inner, tenant, admin = setup
+    private = metrics_middleware(base, inner, metrics_token=SCRAPE_TOKEN)
+    for headers, status in [
+        ((), 401),
+        ((bearer(tenant),), 403),
+        ((bearer(SCRAPE_TOKEN + "x"),), 401),
+        ((bearer(SCRAPE_TOKEN),), None),
+        ((bearer(admin),), None),
+    ]:
+        sent = Sent()
+        scope = _http("/metrics", *headers)
+        await private(scope, None, sent)
+        assert (sent.messages[0]["status"] if sent.messages else None) == status, headers
+        assert PUBLIC_VIEW_KEY not in scope
+    assert len(inner.seen) == 2
+    # The scrape token opens /metrics and nothing else.
+    sent = Sent()
+    await private(_http("/admin/tenants", bearer(SCRAPE_TOKEN)), None, sent)
+    await private(_http("/v1/models", bearer(SCRAPE_TOKEN)), None, sent)
+    assert [m["status"] for m in sent.messages[::2]] == [401, 401] and len(inner.seen) == 2
+
+
+async def test_public_metrics_are_marked_as_the_public_view(setup: Any) -> None:
+    base, inner, _, admin = setup
+    public = metrics_middleware(base, inner, public_metrics=True)
+    anonymous, with_key = _http("/metrics"), _http("/metrics", bearer(admin))
+    await public(anonymous, None, Sent())
+    await public(with_key, None, Sent())
+    assert inner.seen == [anonymous, with_key]
+    assert anonymous[PUBLIC_VIEW_KEY] is True and PUBLIC_VIEW_KEY not in with_key
 
 
 async def test_root_path_is_stripped_as_the_router_strips_it(setup: Any) -> None:

@@ -13,9 +13,10 @@ def _scope(*headers: tuple[bytes, bytes]) -> dict[str, Any]:
     return {"type": "http", "headers": list(headers)}
 
 
-def test_public_paths_are_short_and_metrics_optional() -> None:
-    assert public_paths(AuthConfig()) == {"/healthz", "/readyz", "/openapi.json", "/metrics"}
-    assert public_paths(AuthConfig(public_metrics=False)) == set(ALWAYS_PUBLIC)
+def test_public_paths_are_short_and_never_hold_metrics() -> None:
+    assert public_paths(AuthConfig()) == {"/healthz", "/readyz", "/openapi.json"}
+    assert public_paths(AuthConfig(public_metrics=True)) == set(ALWAYS_PUBLIC)
+    assert AuthConfig().public_metrics is False  # private by default
 
 
 def test_keys_come_from_bearer_or_api_key_headers() -> None:

@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from gateway.errors import Overloaded, Shed
+from gateway.errors import QueueRefused, Shed
 from gateway.flow.config import FlowConfig
 from gateway.flow.queue import FlowQueue, Ticket
 
@@ -111,12 +111,12 @@ async def test_past_the_count_bound_the_lowest_band_gives_way_or_the_newcomer_is
     low = asyncio.create_task(enter(queue, room, Ticket("standard", "low", 1, 1), served))
     same = asyncio.create_task(enter(queue, room, Ticket("standard", "same", 1, 1), served))
     await settle()
-    with pytest.raises(Overloaded) as full:
+    with pytest.raises(QueueRefused) as full:
         await queue.enter(Ticket("standard", "late", 1, 1), room)
     assert full.value.code == "queue_full" and full.value.status == 503
     high = asyncio.create_task(enter(queue, room, Ticket("interactive", "high", 1, 1), served))
     await settle()
-    with pytest.raises(Overloaded):
+    with pytest.raises(QueueRefused):
         await same  # the newest of the lower band made room
     assert queue.waiting == 2
     await release(queue, room, 2)
@@ -129,7 +129,7 @@ async def test_the_bytes_bound_holds_too() -> None:
     room = Room(0)
     first = asyncio.create_task(queue.enter(Ticket("standard", "a", 1, 80), room))
     await settle()
-    with pytest.raises(Overloaded):
+    with pytest.raises(QueueRefused):
         await queue.enter(Ticket("standard", "b", 1, 30), room)
     first.cancel()
     await settle()
@@ -138,7 +138,7 @@ async def test_the_bytes_bound_holds_too() -> None:
 
 async def test_a_request_that_waits_past_max_wait_is_refused_with_retry_after() -> None:
     queue = FlowQueue(config(max_wait_seconds=0.01, retry_after_seconds=2))
-    with pytest.raises(Overloaded) as late:
+    with pytest.raises(QueueRefused) as late:
         await queue.enter(Ticket("standard", "a", 1, 1), Room(0))
     assert late.value.code == "queue_timeout" and late.value.headers["retry-after"] == "2"
     assert queue.waiting == 0

@@ -11,7 +11,7 @@ from gateway.errors import InvalidParameter
 from gateway.routing.config import Role
 from gateway.routing.pools import Pool
 from gateway.routing.router import DEFAULT_VARIANT, ModelRouter
-from gateway.tokens.counting import TokenizerConfig, build_token_counter
+from gateway.tokens import TokenizerConfig, build_token_counter
 from gateway.wire.request import Operation
 
 POOLS = {

@@ -87,7 +87,8 @@ def by_name(spans: tuple[ReadableSpan, ...]) -> dict[str, ReadableSpan]:
 
 
 def sample(metrics: GatewayMetrics, name: str, **labels: str) -> float | None:
-    return metrics.registry.get_sample_value(name, labels)
+    registry = metrics.tenant_registry if "tenant" in labels else metrics.registry
+    return registry.get_sample_value(name, labels)
 
 
 def test_stream_gives_client_span_with_prefill_and_decode_children(
