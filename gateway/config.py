@@ -22,6 +22,7 @@ from configkit import ConfigError, StrictModel, format_validation_error, parse_m
 from gateway.accounting.config import AccountingConfig
 from gateway.auth.config import AuthConfig
 from gateway.extras import MissingExtra, require
+from gateway.flow.config import FlowConfig
 from gateway.limits.config import LimitsConfig
 from gateway.routing.config import ModelConfig, PoolConfig, RetryConfig, model_pool_errors
 from gateway.storage.config import StorageConfig
@@ -118,6 +119,8 @@ class GatewayConfig(StrictModel):
     console: ConsoleConfig = ConsoleConfig()
     responses: ResponsesConfig = ResponsesConfig()
     """Stored Responses API answers: retention and bounds (gateway/stored/config.py)."""
+    flow: FlowConfig = FlowConfig()
+    """Flow control: the queue for requests no pool has room for (gateway/flow/config.py)."""
 
     @model_validator(mode="after")
     def _limits_exact_across_workers(self) -> GatewayConfig:

@@ -85,6 +85,8 @@ class Metrics:
         state = self.state
         metrics = state.metrics
         publish_pool_state(metrics, state.routing_metrics, state.table.pools.values())
+        if state.flow is not None:
+            state.flow.publish()
         body = metrics.render(tenants=PUBLIC_VIEW_KEY not in scope)
         await send_response(send, 200, body, metrics.content_type.encode())
 

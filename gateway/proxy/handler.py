@@ -24,6 +24,7 @@ import asyncio
 from gateway.asgi import Receive, Scope, Send
 from gateway.auth.models import Principal
 from gateway.errors import GatewayError
+from gateway.flow.gate import Waited
 from gateway.proxy.disconnect import DisconnectWatch
 from gateway.proxy.record import Recorder
 from gateway.proxy.relay import Relay
@@ -113,6 +114,8 @@ class ProxyEndpoint:
         watch = DisconnectWatch(receive)
         plan: RoutePlan | None = None
         error: BaseException | None = None
+        gate = self.state.flow
+        waited = gate.start(scope) if gate is not None else None
         try:
             with exchange.attempts:  # every replica taken is given back when this block ends
                 plan = exchange.table.routing.plan(
@@ -122,6 +125,8 @@ class ProxyEndpoint:
                     _caller(scope),
                     exchange.admitted.prompt,
                 )
+                if gate is not None and waited is not None:  # holds its reservation meanwhile
+                    await gate.wait(waited, plan, exchange.request, exchange.admitted.prompt)
                 ending = await self._serve(scope, exchange, plan)
         except asyncio.CancelledError as cancelled:
             if watch.client_gone():
@@ -129,14 +134,14 @@ class ProxyEndpoint:
             else:
                 ending, error = Ending.SHUTDOWN, cancelled
         except GatewayError as err:  # before the answer started: mid-stream ones end the stream
-            ending = _failed_before_answer(plan)
+            ending = _failed_before_answer(plan, waited)
             headers = [*exchange.admitted.reservation.headers, *exchange.attempts.route.headers()]
             await exchange.relay.refuse(err, headers)
         except Exception as bug:  # recorded like any other end, then raised for the 500
             ending, error = Ending.GATEWAY_ERROR, bug
         finally:
             watch.stop()
-        return Ended(ending, plan, error)
+        return Ended(ending, plan, error, waited)
 
     async def _serve(self, scope: Scope, exchange: Exchange, plan: RoutePlan) -> Ending:
         request, arrival, attempts = exchange.request, exchange.arrival, exchange.attempts
@@ -177,10 +182,13 @@ def _native(request: ParsedRequest, pool: Pool) -> bool:
     return request.source is not None and pool.config.responses == "native"
 
 
-def _failed_before_answer(plan: RoutePlan | None) -> Ending:
-    """A gateway error before any answer: routing refused it (a bad variant header), no pool
-    could take it, or the upstream failed it (connect error, 5xx, timeout)."""
-    return Ending.REFUSED if plan is None else Ending.UPSTREAM_FAILED
+def _failed_before_answer(plan: RoutePlan | None, waited: Waited | None) -> Ending:
+    """A gateway error before any answer: routing refused it (a bad variant header), flow
+    control refused it (shed, the queue full or its wait over), no pool could take it, or the
+    upstream failed it (connect error, 5xx, timeout)."""
+    if plan is None or (waited is not None and waited.refused):
+        return Ending.REFUSED
+    return Ending.UPSTREAM_FAILED
 
 
 def _upstream_failure(attempt: Attempt, relay: Relay) -> str | None:

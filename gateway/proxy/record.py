@@ -74,7 +74,14 @@ class Recorder:
             count_text=route.counter.count_text,
         )
         settled = Settled(
-            ending, where, delivered, usage, True, reached, prompt_tokens=admitted.prompt.counted
+            ending,
+            where,
+            delivered,
+            usage,
+            True,
+            reached,
+            prompt_tokens=admitted.prompt.counted,
+            waited=None if ended is None else ended.waited,
         )
         outcome = self._outcome(scope, request, route, settled)
         self.state.accounting.settle(admitted.reservation, outcome)
@@ -113,6 +120,8 @@ class Recorder:
             prompt_tokens=settled.prompt_tokens,
             finished=time.perf_counter(),
             trace_id=current_trace_id() if self.tracing_on else None,
+            queued=0.0 if settled.waited is None else settled.waited.seconds,
+            band=None if settled.waited is None else settled.waited.band,
         )
 
 

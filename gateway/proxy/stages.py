@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.asgi import Send
+from gateway.flow.gate import Waited
 from gateway.limits.admission import Reservation
 from gateway.proxy.relay import Relay
 from gateway.routing.attempts import Attempts
@@ -88,6 +89,8 @@ class Ended:
     ending: Ending
     plan: RoutePlan | None
     error: BaseException | None = None
+    waited: Waited | None = None
+    """Its band and time in the flow-control queue (None: flow control is off)."""
 
 
 @value
@@ -102,3 +105,4 @@ class Settled:
     """A reservation was taken: the request is settled and leaves one ledger row."""
     reached: bool = False
     prompt_tokens: int | None = None
+    waited: Waited | None = None

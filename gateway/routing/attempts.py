@@ -23,6 +23,7 @@ from types import TracebackType
 
 from gateway.errors import GatewayError, UpstreamTimeout
 from gateway.routing.pools import Pool, Replica
+from gateway.routing.router import RoutePlan
 from gateway.upstream.client import UpstreamConnectError, UpstreamResponse
 from gateway.values import value
 from gateway.wire.outcome import NOWHERE, RouteFacts
@@ -40,7 +41,7 @@ class Attempt:
 class Attempts:
     """See the module docstring."""
 
-    __slots__ = ("_held", "answer", "route")
+    __slots__ = ("_held", "_tokens", "answer", "route")
 
     def __init__(self) -> None:
         self.route: RouteFacts = NOWHERE
@@ -48,6 +49,8 @@ class Attempts:
         self.answer: Attempt | None = None
         """The attempt that answered, until it is settled."""
         self._held: tuple[Pool, Replica] | None = None
+        self._tokens = 0
+        """The prompt tokens counted on each replica taken (the pools' own load view)."""
 
     @property
     def sent(self) -> bool:
@@ -71,16 +74,29 @@ class Attempts:
         elif self._held is not None:  # cancelled while sending: failed() was not reached
             pool, replica = self._held
             self._held = None
-            pool.give_back(replica)
+            pool.give_back(replica, self._tokens)
             replica.breaker.abandon()
 
     def unavailable(self, variant: str, why: str) -> None:
         """No pool of the plan could take the request (nothing taken, nothing sent)."""
         self.route = RouteFacts(variant, None, None, why)
 
-    def take(self, pool: Pool, tried: Collection[Replica], variant: str, why: str) -> Replica:
-        """A replica of ``pool`` (none of ``tried``), held until it is given back."""
-        replica = pool.take(tried)
+    def take(
+        self,
+        pool: Pool,
+        tried: Collection[Replica],
+        variant: str,
+        why: str,
+        plan: RoutePlan | None = None,
+    ) -> Replica:
+        """A replica of ``pool`` (none of ``tried``), held until it is given back; ``plan``: the
+        replica scorers' inputs, the prompt tokens counted on it while held, the prompt's blocks
+        recorded in the pool's prefix index."""
+        if plan is None:
+            replica = pool.take(tried)
+        else:
+            self._tokens = plan.prompt_tokens
+            replica = pool.take(tried, plan.scores(pool), plan.prompt_tokens, plan.blocks)
         self._held = (pool, replica)
         self.route = RouteFacts(variant, pool.name, replica.label, why)  # credentials redacted
         return replica
@@ -124,7 +140,7 @@ class Attempts:
             attempt.response.release()
         else:  # unread bytes or a cancelled read: the connection cannot be reused
             attempt.response.abort()
-        attempt.pool.give_back(attempt.replica)
+        attempt.pool.give_back(attempt.replica, self._tokens)
         if abandoned:
             attempt.replica.breaker.abandon()
         else:
@@ -133,7 +149,7 @@ class Attempts:
     def _release(self) -> tuple[Pool, Replica]:
         pool, replica = self._held or _nothing_held()
         self._held = None
-        pool.give_back(replica)
+        pool.give_back(replica, self._tokens)
         return pool, replica
 
 

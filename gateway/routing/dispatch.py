@@ -143,7 +143,7 @@ class Dispatcher:
                 headers={"retry-after": "1"},
             ) from None
         why = reason if skipped is None else f"{reason}+failover_{skipped}"
-        return pool, attempts.take(pool, tried, variant, why)
+        return pool, attempts.take(pool, tried, variant, why, plan)
 
 
 def _pick(plan: RoutePlan, tried: list[Replica]) -> tuple[Pool, str, str | None]:
@@ -151,7 +151,7 @@ def _pick(plan: RoutePlan, tried: list[Replica]) -> tuple[Pool, str, str | None]
     skipped: str | None = None
     for pool, reason in plan.pools:
         if pool.saturated:
-            why = "saturated"
+            why = "saturated"  # the bound is in the pool's saturation (metrics, admin view)
         elif any(r.available and r not in tried for r in pool.replicas):
             return pool, reason, skipped
         elif any(r in tried for r in pool.replicas):

@@ -13,18 +13,25 @@ import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gateway.accounting.stage import Accounting
 from gateway.auth.service import AuthService, build_auth
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import GatewayConfig
 from gateway.extras import require
+from gateway.flow.gate import FlowGate
+from gateway.flow.metrics import FlowMetrics
 from gateway.limits.admission import RateLimiter
 from gateway.metrics import GatewayMetrics
 from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.pools import Pool, ProbeFn, check_forever, check_once
 from gateway.routing.router import ModelRouter
 from gateway.routing.shared import Canaries, LocalCanaries
+from gateway.routing.signals import EngineSignals
+
+if TYPE_CHECKING:
+    from gateway.routing.shared_load import SharedLoad
 from gateway.runtime.migrations import all_migrations
 from gateway.runtime.table import RoutingTable, UpstreamFactory, build_table
 from gateway.storage import Database
@@ -56,6 +63,12 @@ class GatewayState:
     started_at: int = field(default_factory=lambda: int(time.time()))
     _health_tasks: list[asyncio.Task[None]] = field(default_factory=list)
     tracing: Tracing = field(default_factory=lambda: build_tracing(TracingConfig(), {}))
+    flow: FlowGate | None = None
+    """Flow control's queue (None when ``flow.enabled`` is off)."""
+    signals: EngineSignals = field(default_factory=EngineSignals)
+    """Reads the engines' vLLM gauges for the pools that name where."""
+    shared_load: SharedLoad | None = None
+    """Every gateway replica's load per pool, where the limits share Redis."""
 
     @classmethod
     def build(
@@ -73,6 +86,7 @@ class GatewayState:
         limiter = RateLimiter.build(config.limits, metrics, clock)
         accounting = Accounting(config.accounting, limiter)
         database = Database.open(config.storage)
+        flow = FlowGate(config.flow, FlowMetrics(metrics)) if config.flow.enabled else None
         return cls(
             config,
             metrics,
@@ -87,6 +101,8 @@ class GatewayState:
             clock,
             started_at=int(clock.wall()),
             tracing=build_tracing(config.tracing, os.environ),
+            flow=flow,
+            shared_load=build_shared_load(config),
         )
 
     async def start(self) -> None:
@@ -96,6 +112,9 @@ class GatewayState:
         if self.auth is not None:
             await self.auth.start()
         await self.watch_pools(self.table.pools.values())
+        if self.shared_load is not None:
+            shared = self.shared_load.run(lambda: self.table.pools.values())
+            self._health_tasks.append(asyncio.create_task(shared))
         await self.canaries.start(self._routers)
         await self.accounting.start(self.database)
         await self.responses.start()
@@ -111,6 +130,9 @@ class GatewayState:
         for pool in pools:
             task = asyncio.create_task(check_forever(pool, _probe_for(pool)))
             self._health_tasks.append(task)
+            if self.flow is not None:
+                self.flow.watch(pool)
+            self._health_tasks.extend(self.signals.watch(pool))
 
     async def stop(self) -> None:
         for task in self._health_tasks:
@@ -119,6 +141,11 @@ class GatewayState:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._health_tasks.clear()
+        await self.signals.aclose()
+        if self.shared_load is not None:
+            await self.shared_load.aclose()
+        if self.flow is not None:
+            self.flow.queue.close()
         await self.canaries.aclose()
         for pool in self.table.pools.values():
             await pool.client.aclose()
@@ -128,6 +155,20 @@ class GatewayState:
             await self.auth.stop()  # flushes the keys' last-used times
         await self.database.close()  # last: the ledger and auth flush into it
         await asyncio.to_thread(self.tracing.shutdown)  # flush the spans still queued
+
+
+def build_shared_load(config: GatewayConfig) -> SharedLoad | None:
+    """Where the rate limits share Redis, so does the load view (gateway/routing/shared_load.py)."""
+    limits = config.limits
+    if not (limits.enabled and limits.backend == "redis"):
+        return None
+    assert limits.redis_url is not None  # the config validator requires it
+    require("redis", "limits.backend: redis")
+    from gateway.routing.shared_load import SharedLoad  # only with the redis extra
+
+    return SharedLoad.from_url(
+        limits.redis_url, prefix=limits.key_prefix, timeout=limits.redis_timeout
+    )
 
 
 def build_canaries(
