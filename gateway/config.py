@@ -21,6 +21,7 @@ from pydantic import Field, model_validator
 from configkit import ConfigError, StrictModel, format_validation_error, parse_model, read_yaml
 from gateway.accounting.config import AccountingConfig
 from gateway.auth.config import AuthConfig
+from gateway.flow.config import FlowConfig
 from gateway.limits.config import LimitsConfig
 from gateway.routing.config import ModelConfig, PoolConfig, RetryConfig, model_pool_errors
 from gateway.storage.config import StorageConfig
@@ -103,6 +104,8 @@ class GatewayConfig(StrictModel):
     auth: AuthConfig = AuthConfig()
     """API keys, the cache bound, the admin API (gateway/auth/config.py)."""
     console: ConsoleConfig = ConsoleConfig()
+    flow: FlowConfig = FlowConfig()
+    """Flow control: the queue for requests no pool has room for (gateway/flow/config.py)."""
 
     @model_validator(mode="after")
     def _limits_exact_across_workers(self) -> GatewayConfig:

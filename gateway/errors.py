@@ -166,6 +166,23 @@ class NoHealthyUpstream(GatewayError):
     default_code = "no_healthy_upstream"
 
 
+class Overloaded(GatewayError):
+    """Every pool that could serve the request is saturated and the flow-control queue could
+    not hold it (full) or did not get it a place in time (``queue_timeout``)."""
+
+    status = 503
+    error_type = "server_error"
+    default_code = "queue_full"
+
+
+class Shed(GatewayError):
+    """A request of a sheddable priority band, refused while the pools are saturated."""
+
+    status = 429
+    error_type = "requests"
+    default_code = "shed"
+
+
 class UpstreamTimeout(GatewayError):
     status = 504
     error_type = "server_error"

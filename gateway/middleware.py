@@ -125,6 +125,8 @@ def outcome_fields(outcome: Outcome) -> dict[str, object]:
         "output_tokens": usage.output_tokens,
         "usage_source": usage.source.value,
         "trace_id": outcome.trace_id,
+        "queue_ms": round(outcome.queued * 1000, 3) if outcome.queued else None,
+        "priority_band": outcome.band,
     }
 
 
@@ -132,6 +134,6 @@ _NO_OUTCOME: dict[str, object] = dict.fromkeys(
     (
         "model", "pool", "replica", "stream", "ttfb_ms", "error_code", "ending",
         "client_disconnected", "variant", "routing_reason", "prompt_tokens", "input_tokens",
-        "output_tokens", "usage_source", "trace_id",
+        "output_tokens", "usage_source", "trace_id", "queue_ms", "priority_band",
     )
 )  # fmt: skip

@@ -19,6 +19,7 @@ import asyncio
 
 from gateway.asgi import Receive, Scope, Send
 from gateway.errors import GatewayError
+from gateway.flow.gate import Waited
 from gateway.limits.admission import Reservation
 from gateway.proxy.disconnect import DisconnectWatch
 from gateway.proxy.record import Recorder
@@ -71,6 +72,8 @@ class Exchanged:
     attempts: UpstreamAttempts
     error: BaseException | None = None
     """Raised again once the request is recorded: a shutdown's cancellation, or a bug."""
+    waited: Waited | None = None
+    """Its time in the flow-control queue (None: flow control is off)."""
 
 
 class ProxyEndpoint:
@@ -146,11 +149,15 @@ class ProxyEndpoint:
         watch = DisconnectWatch(receive)
         plan: RoutePlan | None = None
         error: BaseException | None = None
+        gate = self.state.flow
+        waited = gate.start(scope) if gate is not None else None
         try:
             caller = _caller(scope)
             plan = table.routing.plan(
                 admitted.route.router, request, scope, caller, admitted.prompt
             )
+            if gate is not None and waited is not None:  # holds its reservation meanwhile
+                waited = await gate.wait(waited, plan, request, admitted.prompt)
             ending = await self._serve(
                 scope, table, plan, admitted, arrival, attempts, relay, trail
             )
@@ -160,7 +167,7 @@ class ProxyEndpoint:
             else:
                 ending, error = Ending.SHUTDOWN, cancelled
         except GatewayError as err:  # before the answer started: mid-stream ones end the stream
-            ending = _failed_before_answer(plan)
+            ending = _failed_before_answer(plan, waited)
             route = trail[-1] if trail else NOWHERE
             await relay.refuse(err, [*admitted.reservation.headers, *route.headers()])
         except Exception as bug:  # recorded like any other end, then raised for the 500
@@ -175,6 +182,7 @@ class ProxyEndpoint:
             plan,
             attempts,
             error,
+            waited,
         )
 
     async def _serve(
@@ -222,10 +230,13 @@ def _native(request: ParsedRequest, pool: Pool) -> bool:
     return request.source is not None and pool.config.responses == "native"
 
 
-def _failed_before_answer(plan: RoutePlan | None) -> Ending:
-    """A gateway error before any answer: routing refused it (a bad variant header), no pool
-    could take it, or the upstream failed it (connect error, 5xx, timeout)."""
-    return Ending.REFUSED if plan is None else Ending.UPSTREAM_FAILED
+def _failed_before_answer(plan: RoutePlan | None, waited: Waited | None) -> Ending:
+    """A gateway error before any answer: routing refused it (a bad variant header), flow
+    control refused it (shed, the queue full or its wait over), no pool could take it, or the
+    upstream failed it (connect error, 5xx, timeout)."""
+    if plan is None or (waited is not None and waited.refused):
+        return Ending.REFUSED
+    return Ending.UPSTREAM_FAILED
 
 
 def _upstream_failure(attempt: Attempt, relay: Relay) -> str | None:

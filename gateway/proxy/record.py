@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 from gateway.asgi import Scope
+from gateway.flow.gate import Waited
 from gateway.metrics import GatewayMetrics
 from gateway.runtime.state import GatewayState
 from gateway.runtime.table import ModelRoute, RoutingTable
@@ -98,6 +99,7 @@ class Recorder:
             admitted=True,
             reached=reached,
             prompt_tokens=admitted.prompt.counted,
+            waited=None if exchanged is None else exchanged.waited,
         )
         self.state.accounting.settle(admitted.reservation, outcome)
         observe(self.state.metrics, outcome)
@@ -121,6 +123,7 @@ class Recorder:
         admitted: bool = False,
         reached: bool = False,
         prompt_tokens: int | None = None,
+        waited: Waited | None = None,
     ) -> Outcome:
         principal = scope.get(PRINCIPAL_KEY)
         return Outcome(
@@ -141,6 +144,8 @@ class Recorder:
             prompt_tokens=prompt_tokens,
             finished=time.perf_counter(),
             trace_id=current_trace_id() if self.tracing_on else None,
+            queued=0.0 if waited is None else waited.seconds,
+            band=None if waited is None else waited.band,
         )
 
 

@@ -59,11 +59,39 @@ class VariantConfig(_Strict):
     """The name this variant's upstream serves the model under, if not the model's own."""
 
 
+class PrefixPolicy(_Strict):
+    """The approximate prefix index (gateway/routing/prefix.py): what a pool would prefill."""
+
+    enabled: bool = False
+    """Decide on the tokens a pool would have to prefill (its cached prefix taken off), and
+    prefer the replica that holds the prefix. Off: decide on the whole prompt's length."""
+    block_chars: int = Field(64, ge=8, le=4096)
+    """Characters per hashed block (64 is about 16 tokens, vLLM's default block)."""
+    max_prompt_blocks: int = Field(512, ge=1, le=16384)
+    """Blocks hashed per prompt at most (32k characters at 64); the rest counts as uncached."""
+
+
+class ScorerWeights(_Strict):
+    """How a replica is chosen within a pool: the weighted sum of small scorers, each 0 to 1
+    (gateway/routing/policy.py). A weight of 0 turns a scorer off."""
+
+    prefix: float = Field(2.0, ge=0)
+    """The share of the prompt the replica probably holds (the prefix index)."""
+    queue: float = Field(1.0, ge=0)
+    """Fewest requests waiting or in flight, relative to the pool's replicas."""
+    kv_usage: float = Field(1.0, ge=0)
+    """Emptiest KV cache (the engine's own gauge, when fresh)."""
+
+
 class RoutingPolicy(_Strict):
     """How one request chooses between a variant's PD and colocated pools."""
 
     pd_threshold_tokens: int = Field(1024, ge=1)
-    """Prompts of at least this many tokens (template overhead included) go to PD."""
+    """Prompts of at least this many tokens (template overhead included) go to PD; with
+    ``prefix.enabled``, prompts that would leave at least this many tokens to prefill on the
+    colocated pool (its cached prefix taken off)."""
+    prefix: PrefixPolicy = PrefixPolicy()
+    scorers: ScorerWeights = ScorerWeights()
     pd_min_max_tokens: int | None = Field(None, ge=1)
     """Optional: requests asking for at least this many output tokens go to PD too."""
     colocated_max_prompt_tokens: int | None = Field(None, ge=1)
@@ -182,6 +210,45 @@ class HealthCheck(_Strict):
     timeout: float = Field(2.0, gt=0)
 
 
+class SignalsConfig(_Strict):
+    """Where the pool's engines export vLLM's Prometheus metrics (gateway/routing/gauges.py)."""
+
+    metrics_urls: tuple[str, ...] = ()
+    """Endpoints read for the whole pool, summed (on Ray Serve LLM: Ray's metrics export of
+    every node that runs the pool's engines)."""
+    replica_metrics: bool = False
+    """Also read each replica's own ``/metrics`` (vLLM's server, or the simulator), for the
+    choice of a replica."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Labels a series must carry to count for this pool (``model_name``, when one Ray
+    exports several apps)."""
+    interval: float = Field(1.0, gt=0)
+    timeout: float = Field(1.0, gt=0)
+    max_age: float = Field(3.0, gt=0)
+    """A reading older than this is stale: routing uses the gateway's own view instead."""
+
+    @field_validator("metrics_urls")
+    @classmethod
+    def _http_urls(cls, urls: tuple[str, ...]) -> tuple[str, ...]:
+        for url in urls:
+            if not re.fullmatch(r"https?://[^/\s]+(/\S*)?", url):
+                raise ValueError(f"not an http(s) URL: {url!r}")
+        return urls
+
+
+class SaturationConfig(_Strict):
+    """Bounds past which a pool counts as saturated: routing prefers the other pool, and when
+    every eligible pool is saturated the request waits in the flow-control queue. Each bound
+    is optional; the engines' gauges count only while fresh."""
+
+    max_waiting: int | None = Field(None, ge=0)
+    """Requests waiting in the engines' own queues (``vllm:num_requests_waiting``)."""
+    max_kv_usage: float | None = Field(None, gt=0, le=1)
+    """The fullest engine's KV cache usage (``vllm:kv_cache_usage_perc``, 0 to 1)."""
+    max_prompt_tokens_in_flight: int | None = Field(None, gt=0)
+    """Prompt tokens of the requests this gateway has in flight on the pool."""
+
+
 class PoolConfig(_Strict):
     """One upstream pool: replicas (Ray Serve ingress base URLs) serving the same thing."""
 
@@ -193,6 +260,10 @@ class PoolConfig(_Strict):
     """Client request headers passed on to this pool, beyond the gateway's own."""
     capacity: int | None = Field(None, gt=0)
     """Requests in flight (all replicas) above which the pool counts as saturated."""
+    saturation: SaturationConfig = SaturationConfig()
+    signals: SignalsConfig = SignalsConfig()
+    prefix_index_blocks: int = Field(32768, ge=0, le=4_000_000)
+    """Block names the pool's prefix index keeps (LRU; about 100 bytes each; 0: none)."""
     breaker: BreakerConfig = BreakerConfig()
     responses: Literal["translate", "native"] = "translate"
     """``POST /v1/responses``: translated to chat completions (Ray Serve LLM's ingress has no

@@ -44,6 +44,8 @@ class Attempt:
     pool: Pool
     replica: Replica
     response: UpstreamResponse
+    prompt_tokens: int = 0
+    """Counted on the pool and replica while the attempt lasts (the gateway's own load view)."""
 
 
 class RetryBudget:
@@ -104,10 +106,11 @@ class Dispatcher:
             tried.append(replica)
             number += 1
             last = number >= self.max_attempts
+            tokens = plan.prompt_tokens
             try:
                 response = await send_to(pool, replica, plan.variant.upstream_model)
             except BaseException as err:
-                cause = _settle_failed(pool, replica, err)
+                cause = _settle_failed(pool, replica, err, tokens)
                 if cause is None or last:
                     raise
                 if self._may_fail_over(plan):
@@ -117,12 +120,12 @@ class Dispatcher:
                     continue
                 raise
             if response.status < 500 or last:
-                return Attempt(pool, replica, response)
+                return Attempt(pool, replica, response, tokens)
             failing_over = self._may_fail_over(plan)
             if not failing_over and not self._may_retry(plan, pool, "status_5xx", tried):
-                return Attempt(pool, replica, response)
+                return Attempt(pool, replica, response, tokens)
             response.abort()
-            pool.give_back(replica)
+            pool.give_back(replica, tokens)
             pool.record(replica, f"status {response.status}")
             if failing_over:
                 plan = self._fail_over(plan, "status_5xx")
@@ -131,7 +134,7 @@ class Dispatcher:
     def finish(attempt: Attempt, failure: str | None, *, abandoned: bool = False) -> None:
         """Give the attempt's replica back and tell its breaker how it went: ``failure`` None
         when the replica did its job; ``abandoned`` (the client left) gives no verdict."""
-        attempt.pool.give_back(attempt.replica)
+        attempt.pool.give_back(attempt.replica, attempt.prompt_tokens)
         if abandoned:
             attempt.replica.breaker.abandon()
         else:
@@ -170,16 +173,18 @@ class Dispatcher:
                 f"No upstream can take this request now ({none.why}); try again shortly.",
                 headers={"retry-after": "1"},
             ) from None
-        replica = pool.take(tried)
+        replica = pool.take(tried, plan.scores(pool), plan.prompt_tokens, plan.blocks)
         why = reason if skipped is None else f"{reason}+failover_{skipped}"
         trail.append(RouteFacts(variant, pool.name, replica.label, why))  # credentials redacted
         return pool, replica
 
 
-def _settle_failed(pool: Pool, replica: Replica, err: BaseException) -> str | None:
+def _settle_failed(
+    pool: Pool, replica: Replica, err: BaseException, prompt_tokens: int
+) -> str | None:
     """Free the replica of an attempt that raised and tell its breaker; the cause when the
     request may go elsewhere (``connect``; ``timeout``, only to a canary's baseline)."""
-    pool.give_back(replica)
+    pool.give_back(replica, prompt_tokens)
     if isinstance(err, UpstreamConnectError):
         pool.trip(replica, err.message)
         return "connect"
@@ -197,7 +202,7 @@ def _pick(plan: RoutePlan, tried: list[Replica]) -> tuple[Pool, str, str | None]
     skipped: str | None = None
     for pool, reason in plan.pools:
         if pool.saturated:
-            why = "saturated"
+            why = "saturated"  # the bound is in the pool's saturation (metrics, admin view)
         elif any(r.available and r not in tried for r in pool.replicas):
             return pool, reason, skipped
         elif any(r in tried for r in pool.replicas):

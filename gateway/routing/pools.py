@@ -19,6 +19,9 @@ from gateway.errors import NoHealthyUpstream
 from gateway.redact import redact_url
 from gateway.routing.breaker import BreakerState, CircuitBreaker
 from gateway.routing.config import PoolConfig
+from gateway.routing.gauges import EngineGauges
+from gateway.routing.policy import NO_SCORES, ReplicaScores, best_replica, saturation
+from gateway.routing.prefix import PrefixIndex, PromptBlocks
 from gateway.upstream.client import UpstreamClient
 
 logger = logging.getLogger(__name__)
@@ -35,6 +38,10 @@ class Replica:
     healthy: bool = True
     """The active check's verdict."""
     outstanding: int = 0
+    prompt_tokens: int = 0
+    """Prompt tokens of the requests this gateway has in flight on the replica."""
+    gauges: EngineGauges | None = None
+    """The replica's own engine gauges, when the pool reads each replica's ``/metrics``."""
     last_error: str | None = None
     last_failure: str | None = None
     """Why the breaker last counted a failure (for /readyz and logs)."""
@@ -73,6 +80,23 @@ class Pool:
         self._next = 0  # rotates the starting point so equal loads spread evenly
         self.forward_headers = frozenset(n.encode() for n in config.forward_headers)
         self.in_flight = 0
+        self.prompt_tokens = 0
+        """Prompt tokens of the requests this gateway has in flight on the pool."""
+        self.others: tuple[int, int] = (0, 0)
+        """In-flight requests and prompt tokens of the other gateway replicas (shared load)."""
+        signals = config.signals
+        self.gauges = EngineGauges(signals.max_age, clock)
+        """The pool's engines as their gauges say (``signals.metrics_urls``)."""
+        if signals.replica_metrics:
+            for replica in self.replicas:
+                replica.gauges = EngineGauges(signals.max_age, clock)
+        self.prefix = (
+            PrefixIndex(config.prefix_index_blocks, len(self.replicas))
+            if config.prefix_index_blocks
+            else None
+        )
+        self.on_release: Callable[[], None] | None = None
+        """Told whenever a request leaves the pool (the flow-control queue may dispatch)."""
         self.retired = False
         """Set when a config reload replaced or removed the pool; its requests may finish."""
 
@@ -90,24 +114,29 @@ class Pool:
 
     @property
     def saturated(self) -> bool:
-        capacity = self.config.capacity
-        return capacity is not None and self.in_flight >= capacity
+        return self.saturation() is not None
 
-    def choose(self, exclude: Collection[Replica] = ()) -> Replica:
-        """The available replica with the fewest requests outstanding, not one of ``exclude``."""
+    def saturation(self, pending: int = 0) -> str | None:
+        """Which bound the pool is past (``in_flight``, ``waiting``, ``kv_usage``,
+        ``prompt_tokens``), counting ``pending`` requests about to arrive; None: headroom."""
+        others_in_flight, others_tokens = self.others
+        return saturation(
+            self.config,
+            self.in_flight + others_in_flight + pending,
+            self.prompt_tokens + others_tokens,
+            self.gauges.fresh(),
+        )
+
+    def choose(
+        self, exclude: Collection[Replica] = (), scores: ReplicaScores = NO_SCORES
+    ) -> Replica:
+        """The available replica, not one of ``exclude``, that scores best (prefix affinity and
+        load, ``scores``); with no scorer, the one with the fewest requests outstanding."""
         replicas = self.replicas
         count = len(replicas)
         start = self._next
         self._next = (start + 1) % count
-        best: Replica | None = None
-        for i in range(count):
-            replica = replicas[(start + i) % count]
-            if (
-                replica.available
-                and replica not in exclude
-                and (best is None or replica.outstanding < best.outstanding)
-            ):
-                best = replica
+        best = best_replica(replicas, start, exclude, scores)
         if best is None:
             raise NoHealthyUpstream(
                 f"No healthy upstream in pool {self.name!r}; try again shortly.",
@@ -123,17 +152,32 @@ class Pool:
         finally:
             self.give_back(replica)
 
-    def take(self, exclude: Collection[Replica] = ()) -> Replica:
-        """Choose a replica and count the request on it; pair with :meth:`give_back`."""
-        replica = self.choose(exclude)
+    def take(
+        self,
+        exclude: Collection[Replica] = (),
+        scores: ReplicaScores = NO_SCORES,
+        prompt_tokens: int = 0,
+        blocks: PromptBlocks | None = None,
+    ) -> Replica:
+        """Choose a replica and count the request on it; pair with :meth:`give_back` (with the
+        same ``prompt_tokens``). ``blocks``: the prompt, recorded in the prefix index."""
+        replica = self.choose(exclude, scores)
         replica.breaker.on_attempt()
         replica.outstanding += 1
+        replica.prompt_tokens += prompt_tokens
         self.in_flight += 1
+        self.prompt_tokens += prompt_tokens
+        if blocks is not None and blocks.hashes and self.prefix is not None:
+            self.prefix.record(blocks, self.replicas.index(replica))
         return replica
 
-    def give_back(self, replica: Replica) -> None:
+    def give_back(self, replica: Replica, prompt_tokens: int = 0) -> None:
         replica.outstanding -= 1
+        replica.prompt_tokens -= prompt_tokens
         self.in_flight -= 1
+        self.prompt_tokens -= prompt_tokens
+        if self.on_release is not None:
+            self.on_release()
 
     def record(self, replica: Replica, failure: str | None) -> None:
         """The outcome of one request to ``replica``: None for success, else a short reason."""

@@ -1,10 +1,10 @@
-"""Per-model routing: which variant (canary split), then which pool (prompt length, failover).
+"""Per-model routing: which variant (the canary's state machine, here), then which pool.
 
 The decision is a :class:`RoutePlan`: the variant, and its pools in the order to try them, each with
-the reason it is in that place. Pool order: the preferred role first (PD for prompts of at least
-``pd_threshold_tokens`` tokens, or output of at least ``pd_min_max_tokens``; colocated otherwise; a
-trusted ``x-gateway-pool-hint`` overrides), then the other role as the failover, unless the prompt
-is too long for colocated. The dispatcher skips pools that are unhealthy or saturated::
+the reason it is in that place. The pool order is policy over values, in gateway/routing/order.py
+(the P/D decision on the tokens a pool would prefill); this module matches the prompt against each
+pool's prefix index and hands the plan what the replica scorers read. The dispatcher skips pools
+that are unhealthy or saturated::
 
     router = ModelRouter("llama", model_config, pools)
     variant = router.choose_variant(b"key-id", forced=None)
@@ -31,10 +31,14 @@ from gateway.routing.config import (
     ModelConfig,
     Role,
     RoutingPolicy,
+    ScorerWeights,
     VariantConfig,
     VariantPools,
 )
+from gateway.routing.order import RouteInput, pool_order
+from gateway.routing.policy import ReplicaScores
 from gateway.routing.pools import Pool
+from gateway.routing.prefix import NO_BLOCKS, NO_MATCH, PrefixMatch, PromptBlocks, matched
 from gateway.values import value
 
 logger = logging.getLogger(__name__)
@@ -105,10 +109,22 @@ class RoutePlan:
     """Pools in the order to try them, each with its routing reason."""
     fallback: RoutePlan | None = field(default=None)
     """Where to go when the variant fails before the answer started: a canary's baseline."""
+    prompt_tokens: int = 0
+    """Counted prompt tokens (0 when nothing needed the count): the pools' own load view."""
+    blocks: PromptBlocks = NO_BLOCKS
+    """The prompt's block names (none unless the model's prefix index is on)."""
+    matches: Mapping[str, PrefixMatch] = field(default_factory=dict, hash=False, compare=False)
+    """Per pool name: what it probably holds of the prompt."""
+    scorers: ScorerWeights = field(default_factory=ScorerWeights)
 
     @property
     def preferred(self) -> Pool:
         return self.pools[0][0]
+
+    def scores(self, pool: Pool) -> ReplicaScores:
+        """What the replica scorers read for ``pool``."""
+        found = self.matches.get(pool.name, NO_MATCH)
+        return ReplicaScores(self.scorers, found.replica_blocks, len(found.blocks.hashes))
 
 
 class ModelRouter:
@@ -220,56 +236,65 @@ class ModelRouter:
         *,
         failover: bool = True,
         via: str | None = None,
+        blocks: PromptBlocks = NO_BLOCKS,
     ) -> RoutePlan:
         """The variant's pools in order; a canary's plan (unless ``failover`` is off, as for a
-        forced variant) falls back to the baseline's. ``via`` names why this variant serves."""
-        order = self._order(variant, prompt_tokens, max_tokens, hint, via)
+        forced variant) falls back to the baseline's. ``via`` names why this variant serves.
+        ``blocks``: the prompt's block names, matched against each pool's prefix index."""
+        prefix = self.policy.prefix.enabled and bool(blocks.hashes)
+        order = self._plan_order(variant, prompt_tokens, max_tokens, hint, via, blocks, prefix)
         fallback = None
         if failover and self.canary is not None and variant.name != self._baseline:
-            fallback = RoutePlan(
-                self.name,
-                self.baseline,
-                self._order(self.baseline, prompt_tokens, max_tokens, hint, FAILOVER),
+            fallback = self._plan_order(
+                self.baseline, prompt_tokens, max_tokens, hint, FAILOVER, blocks, prefix
             )
-        return RoutePlan(self.name, variant, order, fallback)
+        return RoutePlan(
+            self.name,
+            variant,
+            order.pools,
+            fallback,
+            prompt_tokens,
+            blocks if prefix else NO_BLOCKS,
+            order.matches,
+            self.policy.scorers,
+        )
 
-    def _order(
+    def _plan_order(
         self,
         variant: Variant,
         prompt_tokens: int,
         max_tokens: int | None,
         hint: Role | None,
         via: str | None,
-    ) -> tuple[tuple[Pool, str], ...]:
-        by_role = variant.by_role
-        if len(by_role) == 1:
-            (pool,) = by_role.values()
-            return ((pool, via or "single_pool"),)
-        role, reason = self._preferred_role(prompt_tokens, max_tokens, hint)
-        if via is not None:
-            reason = f"{reason}+{via}"
-        other = Role.COLOCATED if role is Role.PD else Role.PD
-        order = [(by_role[role], reason)]
-        limit = self.policy.colocated_max_prompt_tokens
-        if other is Role.PD or limit is None or prompt_tokens <= limit:
-            order.append((by_role[other], reason))
-        return tuple(order)
+        blocks: PromptBlocks,
+        prefix: bool,
+    ) -> RoutePlan:
+        matches = (
+            {pool.name: matched(pool.prefix, blocks) for pool in variant.by_role.values()}
+            if prefix
+            else {}
+        )
+        colocated = variant.by_role.get(Role.COLOCATED)
+        uncached = prompt_tokens
+        if colocated is not None and colocated.name in matches:
+            uncached = matches[colocated.name].uncached_tokens(prompt_tokens)
+        request = RouteInput(prompt_tokens, uncached, max_tokens, hint)
+        order = self._order(variant, request, via)
+        return RoutePlan(
+            self.name,
+            variant,
+            order,
+            None,
+            prompt_tokens,
+            blocks if prefix else NO_BLOCKS,
+            matches,
+            self.policy.scorers,
+        )
 
-    def _preferred_role(
-        self, prompt_tokens: int, max_tokens: int | None, hint: Role | None
-    ) -> tuple[Role, str]:
-        policy = self.policy
-        if hint is not None:
-            return hint, "hint"
-        if prompt_tokens >= policy.pd_threshold_tokens:
-            return Role.PD, "prompt_long"
-        if (
-            policy.pd_min_max_tokens is not None
-            and max_tokens is not None
-            and max_tokens >= policy.pd_min_max_tokens
-        ):
-            return Role.PD, "output_long"
-        return Role.COLOCATED, "prompt_short"
+    def _order(
+        self, variant: Variant, request: RouteInput, via: str | None
+    ) -> tuple[tuple[Pool, str], ...]:
+        return pool_order(variant.by_role, self.policy, request, via)
 
     def observe(self, variant: Variant, error: bool, ttft: float | None) -> None:
         """One finished request's outcome; may roll a variant back (at most one judgement/s).

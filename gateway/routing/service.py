@@ -20,6 +20,7 @@ from gateway.asgi import Scope, header
 from gateway.routing.config import Role, RoutingPolicy
 from gateway.routing.dispatch import Dispatcher
 from gateway.routing.metrics import RoutingMetrics
+from gateway.routing.prefix import NO_BLOCKS, prompt_blocks
 from gateway.routing.router import ROLLED_BACK, ModelRouter, RoutePlan, Variant
 from gateway.tokens.counting import PromptTokens
 from gateway.wire.outcome import Outcome
@@ -82,12 +83,30 @@ class Routing:
         needs_length = len(variant.by_role) > 1 or (
             not forced and router.canary is not None and len(router.baseline.by_role) > 1
         )
-        if needs_length:  # only then do length and hints matter
-            hint = self._hint(router.policy, scope, caller)
+        policy = router.policy
+        blocks = NO_BLOCKS
+        hint = self._hint(policy, scope, caller) if needs_length else None
+        if needs_length or policy.prefix.enabled:  # length and cached prefixes matter
             tokens = prompt.count()
-        else:
-            hint, tokens = None, 0
-        return router.plan(variant, tokens, request.max_tokens, hint, failover=not forced, via=via)
+            if policy.prefix.enabled:  # for the P/D decision and the replica's affinity
+                blocks = prompt_blocks(
+                    request.operation,
+                    request.payload,
+                    block_chars=policy.prefix.block_chars,
+                    max_blocks=policy.prefix.max_prompt_blocks,
+                    seed=router.name.encode(),
+                )
+        else:  # the count, when admission made it, still weighs on the pool's load
+            tokens = prompt.counted or 0
+        return router.plan(
+            variant,
+            tokens,
+            request.max_tokens,
+            hint,
+            failover=not forced,
+            via=via,
+            blocks=blocks,
+        )
 
     def _variant(
         self, router: ModelRouter, scope: Scope, caller: Caller, request: ParsedRequest

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from gateway.accounting.stage import Accounting
 from gateway.auth.service import AuthService, build_auth
 from gateway.config import GatewayConfig
+from gateway.flow.gate import FlowGate
+from gateway.flow.metrics import FlowMetrics
 from gateway.limits.admission import RateLimiter
 from gateway.metrics import GatewayMetrics
 from gateway.routing.metrics import RoutingMetrics
@@ -24,6 +26,7 @@ from gateway.routing.pools import Pool, ProbeFn, check_forever, check_once
 from gateway.routing.router import ModelRouter
 from gateway.routing.shared import Canaries, LocalCanaries
 from gateway.routing.shared_redis import RedisCanaries
+from gateway.routing.signals import EngineSignals
 from gateway.runtime.migrations import all_migrations
 from gateway.runtime.table import RoutingTable, UpstreamFactory, build_table
 from gateway.storage import Database
@@ -50,6 +53,10 @@ class GatewayState:
     started_at: int = field(default_factory=lambda: int(time.time()))
     _health_tasks: list[asyncio.Task[None]] = field(default_factory=list)
     tracing: Tracing = field(default_factory=lambda: build_tracing(TracingConfig(), {}))
+    flow: FlowGate | None = None
+    """Flow control's queue (None when ``flow.enabled`` is off)."""
+    signals: EngineSignals = field(default_factory=EngineSignals)
+    """Reads the engines' vLLM gauges for the pools that name where."""
 
     @classmethod
     def build(
@@ -64,6 +71,7 @@ class GatewayState:
         limiter = RateLimiter.build(config.limits, metrics)
         accounting = Accounting(config.accounting, limiter, metrics)
         database = Database.open(config.storage)
+        flow = FlowGate(config.flow, FlowMetrics(metrics)) if config.flow.enabled else None
         return cls(
             config,
             metrics,
@@ -75,6 +83,7 @@ class GatewayState:
             build_auth(config.auth, config.storage, database),
             canaries,
             tracing=build_tracing(config.tracing, os.environ),
+            flow=flow,
         )
 
     async def start(self) -> None:
@@ -98,6 +107,9 @@ class GatewayState:
         for pool in pools:
             task = asyncio.create_task(check_forever(pool, _probe_for(pool)))
             self._health_tasks.append(task)
+            if self.flow is not None:
+                self.flow.watch(pool)
+            self._health_tasks.extend(self.signals.watch(pool))
 
     async def stop(self) -> None:
         for task in self._health_tasks:
@@ -106,6 +118,9 @@ class GatewayState:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._health_tasks.clear()
+        await self.signals.aclose()
+        if self.flow is not None:
+            self.flow.queue.close()
         await self.canaries.aclose()
         for pool in self.table.pools.values():
             await pool.client.aclose()

@@ -118,6 +118,9 @@ def describe_request(span: Span, scope: Scope, outcome: Outcome) -> None:
     for key, value in request_facts(outcome).items():
         if value is not None:
             span.set_attribute(key, value)
+    if outcome.band is not None:
+        span.set_attribute(attr.PRIORITY_BAND, outcome.band)
+        span.set_attribute(attr.QUEUE_WAIT, outcome.queued)
     if outcome.ending is Ending.CLIENT_GONE:
         span.set_attribute(attr.CLIENT_DISCONNECTED, True)
     if status >= 400 or error is not None:

@@ -161,6 +161,10 @@ class Outcome:
     """Counted by the gateway (None when nothing needed the count)."""
     finished: float
     trace_id: str | None = None
+    queued: float = 0.0
+    """Seconds it waited in the flow-control queue (0.0: it went straight on)."""
+    band: str | None = None
+    """Its priority band, when flow control is on."""
 
     @property
     def status(self) -> int:

@@ -1,0 +1,88 @@
+"""Saturation filters and replica scorers (gateway/routing/policy.py), through real pools."""
+
+from __future__ import annotations
+
+from gateway.routing.config import PoolConfig, ScorerWeights
+from gateway.routing.gauges import EngineReading
+from gateway.routing.policy import NO_SCORES, ReplicaScores
+from gateway.routing.pools import Pool
+
+NOW = [0.0]
+
+
+def clock() -> float:
+    return NOW[0]
+
+
+def pool(replicas: int = 2, **config: object) -> Pool:
+    urls = tuple(f"http://r{i}:8000" for i in range(replicas))
+    document = {"urls": urls, "signals": {"replica_metrics": True, "max_age": 2.0}, **config}
+    return Pool("p", PoolConfig.model_validate(document), clock)
+
+
+def reading(running: float = 0, waiting: float = 0, kv: float | None = None) -> EngineReading:
+    return EngineReading(running, waiting, kv, 0, 0, series=3)
+
+
+def test_saturation_by_each_bound_and_only_fresh_engine_gauges_count() -> None:
+    NOW[0] = 0.0
+    p = pool(
+        capacity=2,
+        saturation={"max_waiting": 4, "max_kv_usage": 0.9, "max_prompt_tokens_in_flight": 1000},
+    )
+    assert p.saturation() is None
+    p.gauges.put(reading(waiting=5))
+    assert p.saturation() == "waiting"
+    p.gauges.put(reading(kv=0.95))
+    assert p.saturation() == "kv_usage"
+    NOW[0] = 10.0  # stale: the gateway's own view decides
+    assert p.saturation() is None
+    first = p.take(prompt_tokens=600)
+    assert p.saturation() is None
+    assert p.saturation(pending=1) == "in_flight"  # one granted request about to arrive
+    second = p.take(prompt_tokens=600)
+    assert p.saturation() == "in_flight"
+    p.give_back(first, 600)
+    p.give_back(second, 600)
+    big = p.take(prompt_tokens=1200)
+    assert p.saturation() == "prompt_tokens"
+    p.give_back(big, 1200)
+    assert (p.in_flight, p.prompt_tokens) == (0, 0)
+
+
+def test_other_gateways_in_flight_count_towards_capacity() -> None:
+    p = pool(capacity=3)
+    p.others = (3, 0)
+    assert p.saturation() == "in_flight"
+
+
+def test_no_scorer_keeps_least_outstanding_with_rotation() -> None:
+    p = pool(3)
+    chosen = [p.take(scores=NO_SCORES) for _ in range(3)]
+    assert len({r.url for r in chosen}) == 3
+
+
+def test_prefix_affinity_wins_over_a_little_load() -> None:
+    NOW[0] = 0.0
+    p = pool(2)
+    p.replicas[1].outstanding = 1
+    scores = ReplicaScores(ScorerWeights(), prefix_blocks=(0, 10), total_blocks=10)
+    assert p.choose(scores=scores) is p.replicas[1]
+
+
+def test_load_wins_when_the_prefix_holder_is_the_busiest_and_fullest() -> None:
+    NOW[0] = 0.0
+    p = pool(2)
+    p.replicas[1].outstanding = 4
+    assert p.replicas[1].gauges is not None and p.replicas[0].gauges is not None
+    p.replicas[1].gauges.put(reading(waiting=6, kv=1.0))
+    p.replicas[0].gauges.put(reading(kv=0.0))
+    scores = ReplicaScores(ScorerWeights(), prefix_blocks=(0, 5), total_blocks=10)
+    assert p.choose(scores=scores) is p.replicas[0]
+
+
+def test_equal_scores_spread_by_rotation() -> None:
+    p = pool(2)
+    scores = ReplicaScores(ScorerWeights())
+    picks = {p.choose(scores=scores).url for _ in range(4)}
+    assert len(picks) == 2
