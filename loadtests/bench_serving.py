@@ -43,6 +43,7 @@ UPSTREAM_MODEL = "sim-model"
 THRESHOLD = 1024
 HASH_ENV = {"PD_GATEWAY_KEY_HASH_SECRET": "bench-serving-hash-secret-0123456789abcdef"}
 TENANTS = ("loud", "quiet")
+CORES = f"0-{(os.cpu_count() or 2) - 1}"  # every core: nothing is pinned
 
 # One engine step costs step + prefill tokens * prefill-per-token + decode seqs * per-seq (ms).
 ENGINE = [
@@ -112,7 +113,7 @@ def _cli(db_url: str, *args: str) -> str:
 
 def _start_sim(procs: Processes, args: list[str]) -> str:
     proc = procs.start(
-        "0,1", PYTHON, "-m", "serve_app.sim", "--port", "0", "--model", UPSTREAM_MODEL,
+        CORES, PYTHON, "-m", "serve_app.sim", "--port", "0", "--model", UPSTREAM_MODEL,
         "--max-model-len", "32768", *args,
     )  # fmt: skip
     assert proc.stdout is not None
@@ -188,7 +189,7 @@ def cache_experiment(overlay: dict[str, Any] | None, out: Path, quick: bool) -> 
     args = [
         "--workload", "multi-turn", "--conversations", str(conversations), "--turns", str(turns),
         "--prefix-tokens", "600", "--input-tokens", "100", "--output-tokens", "24",
-        "--rate", "6", "--requests", str(requests), "--arrival", "poisson",
+        "--rate", "4", "--requests", str(requests), "--arrival", "poisson",
     ]  # fmt: skip
     with stack(overlay) as s:
         data = pd_loadtest(s, out, args)
@@ -211,7 +212,7 @@ def cache_experiment(overlay: dict[str, Any] | None, out: Path, quick: bool) -> 
         )
     head = [
         f"multi-turn: {conversations} conversations x {turns} turns, system 600 + 100 a turn + "
-        f"24 an answer (words), Poisson 6 req/s, {requests} requests, PD above {THRESHOLD}",
+        f"24 an answer (words), Poisson 4 req/s, {requests} requests, PD above {THRESHOLD}",
         "",
         "| requests | ok | TTFT p50 ms | TTFT p99 ms | prefix hit | prefill tokens |",
         "|---|---|---|---|---|---|",

@@ -25,7 +25,6 @@ import uvloop
 
 from loadtests.pdload import client
 from loadtests.pdload.arrivals import Arrival
-from loadtests.pdload.plots import write_plots
 from loadtests.pdload.progress import Progress
 from loadtests.pdload.report import build_report, render_markdown, write_report
 from loadtests.pdload.runner import (
@@ -405,6 +404,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     out = args.out or Path(time.strftime("loadtest-%Y%m%d-%H%M%S"))
     write_report(out, data)
     if not args.no_plots:
+        # matplotlib is imported only when plots are asked for (a machine without it can run).
+        from loadtests.pdload.plots import write_plots
+
         write_plots(out, data)
     print(render_markdown(data).split("## Per pool")[0])
     print(f"report: {out.resolve()}")
