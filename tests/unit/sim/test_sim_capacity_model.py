@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.routing.gauges import parse_engine_metrics
 from serve_app.sim import text
 from serve_app.sim.capacity import CapacitySettings
 from serve_app.sim.prefix_cache import BlockPool, block_hashes
@@ -218,3 +219,15 @@ def test_metrics_render_vllm_names_and_labels() -> None:
     again = m.render(s).decode()
     assert f"vllm:prefix_cache_queries_total{labels} 16.0" in again  # counted once per request
     assert f"vllm:num_requests_running{labels} 0.0" in again
+
+
+def test_the_gateways_scraper_reads_the_simulators_metrics() -> None:
+    # The other side of the wire: gateway/routing/gauges.py parses vLLM's text; so must it ours.
+    s = Scheduler(CapacitySettings(num_gpu_blocks=10, block_size=4, max_num_seqs=1))
+    for p in "ab":
+        s.add(Sequence(toks(p, 8), 4))
+    s.complete(s.schedule())
+    reading = parse_engine_metrics(VllmMetrics("sim-model").render(s), {"model_name": "sim-model"})
+    assert (reading.running, reading.waiting) == (1, 1)
+    assert reading.kv_usage == pytest.approx(0.3)
+    assert (reading.prefix_queries, reading.prefix_hits) == (8, 0)
