@@ -16,7 +16,12 @@ figures show the engines' queues and caches, not the gateway or the load generat
 - ``overload``: a rate sweep past the knee; goodput under a TTFT SLO.
 
     .venv/bin/python loadtests/bench_serving.py [--experiment cache|tenants|overload|all]
-        [--overlay gateway-overlay.yaml] [--out bench-serving/] [--quick]
+        [--overlay gateway-overlay.yaml [--baseline]] [--out bench-serving/] [--quick]
+        [--time-scale X]
+
+``--time-scale X`` multiplies every simulated time by X and divides the offered rates by X
+(sending X times longer, so the sample counts stay): the same runs relative to the engines'
+capacity, with X times less work for the gateway and the load generator.
 """
 
 from __future__ import annotations
@@ -45,22 +50,32 @@ HASH_ENV = {"PD_GATEWAY_KEY_HASH_SECRET": "bench-serving-hash-secret-0123456789a
 TENANTS = ("loud", "quiet")
 CORES = f"0-{(os.cpu_count() or 2) - 1}"  # every core: nothing is pinned
 
-# One engine step costs step + prefill tokens * prefill-per-token + decode seqs * per-seq (ms).
-ENGINE = [
-    "--capacity", "--max-num-seqs", "8", "--max-num-batched-tokens", "2048",
-    "--block-size", "16", "--num-gpu-blocks-override", "4096",
-    "--step-ms", "15", "--prefill-per-token-ms", "0.2", "--decode-per-seq-ms", "1",
-]  # fmt: skip
-PD_SIM = [*ENGINE, "--kv-transfer-per-token-ms", "0.1"]
-COLO_SIM = list(ENGINE)
 
+@dataclass(frozen=True)
+class Engines:
+    """Both pools' simulated engines. ``scale`` multiplies every simulated time (and divides the
+    offered rates, stretching the sending time to keep the sample counts): a slower engine means
+    less work for the gateway at the same load relative to capacity."""
 
-def nominal_capacity(output_tokens: int, prompt_tokens: int) -> float:
-    """Requests/s one engine finishes with a full batch of uncached requests (its knobs above)."""
-    seqs, step, per_seq, prefill = 8, 15.0, 1.0, 0.2
-    decode_s = output_tokens * (step + per_seq * seqs) / 1000
-    prefill_s = prefill * prompt_tokens * seqs / 1000  # each admission's prefill stalls the batch
-    return seqs / (decode_s + prefill_s)
+    scale: float = 1.0
+
+    def args(self, pd: bool) -> list[str]:
+        # One engine step costs step + prefill tokens * prefill-per-token + decode seqs * per-seq.
+        ms = {"--step-ms": 15, "--prefill-per-token-ms": 0.2, "--decode-per-seq-ms": 1}
+        if pd:
+            ms["--kv-transfer-per-token-ms"] = 0.1
+        timed = [part for k, v in ms.items() for part in (k, f"{v * self.scale:g}")]
+        return [
+            "--capacity", "--max-num-seqs", "8", "--max-num-batched-tokens", "2048",
+            "--block-size", "16", "--num-gpu-blocks-override", "4096", *timed,
+        ]  # fmt: skip
+
+    def capacity(self, output_tokens: int, prompt_tokens: int) -> float:
+        """Requests/s one engine finishes with a full batch of uncached requests."""
+        seqs, step, per_seq, prefill = 8, 15.0, 1.0, 0.2
+        decode_s = output_tokens * (step + per_seq * seqs) / 1000
+        prefill_s = prefill * prompt_tokens * seqs / 1000  # each admission stalls the batch
+        return seqs / (decode_s + prefill_s) / self.scale
 
 
 def gateway_config(pd_url: str, colo_url: str, db_url: str, port: int) -> dict[str, Any]:
@@ -121,7 +136,7 @@ def _start_sim(procs: Processes, args: list[str]) -> str:
 
 
 @contextmanager
-def stack(overlay: dict[str, Any] | None) -> Iterator[Stack]:
+def stack(overlay: dict[str, Any] | None, engines: Engines) -> Iterator[Stack]:
     """Fresh simulators (empty caches and queues), keys for both tenants, one gateway."""
     procs = Processes()
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
@@ -134,7 +149,7 @@ def stack(overlay: dict[str, Any] | None) -> Iterator[Stack]:
                     db_url, "keys", "create", "--tenant", tenant, "--name", "bench",
                     "--print-secret-only",
                 )  # fmt: skip
-            pd, colo = _start_sim(procs, PD_SIM), _start_sim(procs, COLO_SIM)
+            pd, colo = _start_sim(procs, engines.args(True)), _start_sim(procs, engines.args(False))
             port = free_port()
             config = gateway_config(pd, colo, db_url, port)
             if overlay:
@@ -156,12 +171,14 @@ def stack(overlay: dict[str, Any] | None) -> Iterator[Stack]:
             procs.stop()
 
 
-def pd_loadtest(s: Stack, out: Path, args: Sequence[str], tenants: Sequence[str] = ()) -> Any:
+def pd_loadtest(
+    s: Stack, out: Path, args: Sequence[str], tenants: Sequence[str] = (), timeout: float = 30
+) -> Any:
     """Run pd-loadtest against the gateway; its report.json."""
     cmd = [
         PYTHON, "-m", "loadtests.pdload", "--no-progress", "--no-plots",
         "--target", f"gw={s.url}/v1", "--model", MODEL, "--api-key-env", "QUIET_KEY",
-        "--tokenizer", "words", "--timeout", "30", "--out", str(out), *args,
+        "--tokenizer", "words", "--timeout", f"{timeout:g}", "--out", str(out), *args,
     ]  # fmt: skip
     for tenant in tenants:
         name, load = tenant.split("=")
@@ -183,15 +200,17 @@ def _pct(v: float | None) -> str:
 # --- the experiments ----------------------------------------------------------------------
 
 
-def cache_experiment(overlay: dict[str, Any] | None, out: Path, quick: bool) -> list[str]:
+def cache_experiment(
+    overlay: dict[str, Any] | None, out: Path, quick: bool, engines: Engines
+) -> list[str]:
     conversations, turns = 16, 6
     requests = conversations * turns * (1 if quick else 2)
     args = [
         "--workload", "multi-turn", "--conversations", str(conversations), "--turns", str(turns),
         "--prefix-tokens", "600", "--input-tokens", "100", "--output-tokens", "24",
-        "--rate", "4", "--requests", str(requests), "--arrival", "poisson",
+        "--rate", f"{4 / engines.scale:g}", "--requests", str(requests), "--arrival", "poisson",
     ]  # fmt: skip
-    with stack(overlay) as s:
+    with stack(overlay, engines) as s:
         data = pd_loadtest(s, out, args)
     step = data["targets"][0]["steps"][0]
     total = step["summary"]
@@ -212,7 +231,8 @@ def cache_experiment(overlay: dict[str, Any] | None, out: Path, quick: bool) -> 
         )
     head = [
         f"multi-turn: {conversations} conversations x {turns} turns, system 600 + 100 a turn + "
-        f"24 an answer (words), Poisson 4 req/s, {requests} requests, PD above {THRESHOLD}",
+        f"24 an answer (words), Poisson {4 / engines.scale:g} req/s, {requests} requests, "
+        f"PD above {THRESHOLD}",
         "",
         "| requests | ok | TTFT p50 ms | TTFT p99 ms | prefix hit | prefill tokens |",
         "|---|---|---|---|---|---|",
@@ -223,13 +243,15 @@ def cache_experiment(overlay: dict[str, Any] | None, out: Path, quick: bool) -> 
 TENANT_ARGS = ["--workload", "fixed", "--input-tokens", "100", "--output-tokens", "16"]
 
 
-def tenants_experiment(overlay: dict[str, Any] | None, out: Path, quick: bool) -> list[str]:
-    cap = nominal_capacity(16, 100)
-    seconds = 8 if quick else 15
+def tenants_experiment(
+    overlay: dict[str, Any] | None, out: Path, quick: bool, engines: Engines
+) -> list[str]:
+    cap = engines.capacity(16, 100)
+    seconds = round((8 if quick else 15) * engines.scale)
     lines = [
         f"fixed 100-token prompts, 16 output tokens; nominal colocated capacity {cap:.1f} req/s; "
         f"quiet offers {0.2 * cap:.1f} req/s, loud {5 * cap:.1f} req/s, {seconds} s of sending, "
-        "30 s client timeout",
+        f"{30 * engines.scale:g} s client timeout",
         "",
         "| run | tenant | sent | ok | errors | TTFT p50 ms | TTFT p99 ms |",
         "|---|---|---|---|---|---|---|",
@@ -237,10 +259,11 @@ def tenants_experiment(overlay: dict[str, Any] | None, out: Path, quick: bool) -
     runs = (("quiet alone", [f"quiet={0.2 * cap:.3f}"]),
             ("quiet + loud", [f"loud={5 * cap:.3f}", f"quiet={0.2 * cap:.3f}"]))  # fmt: skip
     for label, tenants in runs:
-        with stack(overlay) as s:
+        with stack(overlay, engines) as s:
             data = pd_loadtest(
                 s, out / label.replace(" ", "-"),
                 [*TENANT_ARGS, "--rate", "1", "--duration", str(seconds)], tenants,
+                timeout=30 * engines.scale,
             )  # fmt: skip
         for name, f in data["targets"][0]["steps"][0]["by_tenant"].items():
             errors = ", ".join(f"{k} {v}" for k, v in sorted(f["errors"].items())) or "0"
@@ -251,17 +274,20 @@ def tenants_experiment(overlay: dict[str, Any] | None, out: Path, quick: bool) -
     return lines
 
 
-def overload_experiment(overlay: dict[str, Any] | None, out: Path, quick: bool) -> list[str]:
-    cap = nominal_capacity(16, 100)
+def overload_experiment(
+    overlay: dict[str, Any] | None, out: Path, quick: bool, engines: Engines
+) -> list[str]:
+    cap = engines.capacity(16, 100)
     factors = (0.5, 1.0, 2.0, 3.0) if quick else (0.5, 1.0, 1.5, 2.0, 3.0)
     rates = ",".join(f"{cap * x:.2f}" for x in factors)
-    seconds = 6 if quick else 10
-    slo_ms = 1000
-    with stack(overlay) as s:
+    seconds = round((6 if quick else 10) * engines.scale)
+    slo_ms = round(1000 * engines.scale)
+    with stack(overlay, engines) as s:
         data = pd_loadtest(
             s, out,
             [*TENANT_ARGS, "--rate", rates, "--duration", str(seconds),
              "--slo-ttft-ms", str(slo_ms)],
+            timeout=30 * engines.scale,
         )  # fmt: skip
     lines = [
         f"fixed 100-token prompts, 16 output tokens, {seconds} s a step, SLO TTFT <= {slo_ms} ms; "
@@ -296,6 +322,9 @@ def main() -> None:
     parser.add_argument("--baseline", action="store_true", help="with --overlay: run both")
     parser.add_argument("--out", type=Path, default=Path(time.strftime("bench-serving-%H%M%S")))
     parser.add_argument("--quick", action="store_true", help="shorter runs")
+    parser.add_argument(
+        "--time-scale", type=float, default=1.0, help="multiply every simulated time by this"
+    )
     args = parser.parse_args()
     variants: list[tuple[str, dict[str, Any] | None]] = []
     if args.overlay is None or args.baseline:
@@ -303,12 +332,14 @@ def main() -> None:
     if args.overlay is not None:
         variants.append((f"overlay {args.overlay.name}", yaml.safe_load(args.overlay.read_text())))
     names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
-    print(f"PD sim: {' '.join(PD_SIM)}\ncolocated sim: {' '.join(COLO_SIM)}\n")
+    engines = Engines(args.time_scale)
+    print(f"PD sim: {' '.join(engines.args(True))}")
+    print(f"colocated sim: {' '.join(engines.args(False))}\n")
     for name in names:
         for label, overlay in variants:
             started = time.monotonic()
             folder = args.out / name / label.split()[0]
-            lines = EXPERIMENTS[name](overlay, folder, args.quick)
+            lines = EXPERIMENTS[name](overlay, folder, args.quick, engines)
             took = time.monotonic() - started
             print(f"### {name}, {label} ({took:.0f} s)\n")
             print("\n".join(lines), "\n", flush=True)
