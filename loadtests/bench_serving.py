@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -116,6 +117,7 @@ class Stack:
     url: str
     keys: dict[str, str]  # environment variable -> key
     sims: dict[str, str]
+    log: Path  # the gateway's output (its access log with an overlay's server.access_log)
 
 
 def _cli(db_url: str, *args: str) -> str:
@@ -166,7 +168,7 @@ def stack(overlay: dict[str, Any] | None, engines: Engines) -> Iterator[Stack]:
             wait_http(url + "/healthz", timeout=60)
             if gateway.poll() is not None:
                 raise RuntimeError((Path(tmp) / "gateway.log").read_text()[-3000:])
-            yield Stack(url, keys, {"pd": pd, "colocated": colo})
+            yield Stack(url, keys, {"pd": pd, "colocated": colo}, Path(tmp) / "gateway.log")
         finally:
             procs.stop()
 
@@ -186,6 +188,7 @@ def pd_loadtest(
     done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **s.keys})
     if done.returncode != 0:
         raise RuntimeError(f"pd-loadtest failed ({done.returncode}): {done.stderr[-2000:]}")
+    shutil.copyfile(s.log, out / "gateway.log")
     return json.loads((out / "report.json").read_text())
 
 
