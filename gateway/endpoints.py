@@ -81,6 +81,8 @@ class Metrics:
         state = self.state
         metrics = state.metrics
         publish_pool_state(metrics, state.routing_metrics, state.table.pools.values())
+        if state.flow is not None:
+            state.flow.publish()
         await send_response(send, 200, metrics.render(), metrics.content_type.encode())
 
 

@@ -143,7 +143,12 @@ def start_floor(procs: Processes, upstream: str, client: str, server: str = "uvi
 
 
 def gateway_config(
-    port: int, upstream: str, workdir: Path, full: bool, workers: int = 1
+    port: int,
+    upstream: str,
+    workdir: Path,
+    full: bool,
+    workers: int = 1,
+    serving_aware: bool = False,
 ) -> dict[str, object]:
     """``full``: keys, in-process rate limits (high enough never to refuse) and the usage
     ledger on, as a deployment runs; otherwise the proxy alone (what the foundation builds)."""
@@ -158,7 +163,29 @@ def gateway_config(
     else:
         config["auth"] = {"enabled": False}
         config["accounting"] = {"ledger": False}
+    if serving_aware:
+        config.update(serving_aware_overlay(upstream))
     return config
+
+
+SERVING_AWARE_ENV = "BENCH_SERVING_AWARE"
+
+
+def serving_aware_overlay(upstream: str) -> dict[str, object]:
+    """With ``BENCH_SERVING_AWARE=1``: every part of serving-aware routing on the hot path (the
+    prefix index hashes and matches each prompt, the replica scorers, saturation bounds checked,
+    the flow-control gate asked), none of it able to refuse (the bounds are never reached)."""
+    return {
+        "pools": {
+            "sim": {
+                "urls": [upstream],
+                "capacity": 100_000,
+                "saturation": {"max_prompt_tokens_in_flight": 10**9},
+            }
+        },
+        "models": {MODEL: {"pool": "sim", "routing": {"prefix": {"enabled": True}}}},
+        "flow": {"enabled": True},
+    }
 
 
 def start_gateway(
@@ -175,7 +202,10 @@ def start_gateway(
     workdir = workdir / str(port)
     workdir.mkdir()
     path = workdir / "gateway.yaml"
-    path.write_text(yaml.safe_dump(gateway_config(port, upstream, workdir, full, workers)))
+    # Serving-aware routing only for this tree's gateways: an older tree refuses its keys.
+    aware = tree is None and os.environ.get(SERVING_AWARE_ENV) == "1"
+    config = gateway_config(port, upstream, workdir, full, workers, aware)
+    path.write_text(yaml.safe_dump(config))
     env = os.environ if tree is None else {**os.environ, "PYTHONPATH": _path_with(tree)}
     key = bootstrap_key(path, env, tree) if full else "none"
     command = [PYTHON, "-m", "gateway", "run", "--config", str(path)]

@@ -22,7 +22,7 @@ from gateway.errors import InvalidJSON, InvalidParameter, InvalidRequest, ModelN
 from gateway.routing.router import ModelRouter, Variant
 from gateway.runtime.reload import ConfigReloader
 from gateway.runtime.state import GatewayState
-from gateway.runtime.table import replica_status
+from gateway.runtime.table import load_status, replica_status
 from gateway.wire.outcome import PRINCIPAL_KEY
 
 
@@ -47,12 +47,12 @@ class RoutingAdmin:
             "models": {name: _router_status(m.router) for name, m in table.models.items()},
             "pools": {
                 name: {
-                    "in_flight": pool.in_flight,
-                    "capacity": pool.config.capacity,
+                    **load_status(pool),
                     "replicas": [{**replica_status(r), "url": r.label} for r in pool.replicas],
                 }
                 for name, pool in table.pools.items()
             },
+            "flow": {"enabled": False} if self.state.flow is None else self.state.flow.show(),
         }
         return _json(body)
 

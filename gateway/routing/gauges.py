@@ -41,7 +41,7 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 # vLLM's names, plain or through Ray's export (``ray_`` before; ``:`` kept or made ``_``).
 _WANTED = re.compile(
     rb"^(?:ray_)?vllm[:_](num_requests_running|num_requests_waiting|kv_cache_usage_perc"
-    rb"|gpu_cache_usage_perc|prefix_cache_queries_total|prefix_cache_hits_total)[{ ].*$",
+    rb"|gpu_cache_usage_perc|prefix_cache_queries(?:_total)?|prefix_cache_hits(?:_total)?)[{ ].*$",
     re.MULTILINE,
 )
 _NAME = re.compile(

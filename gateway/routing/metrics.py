@@ -85,6 +85,62 @@ class RoutingMetrics:
             ["pool", "replica"],
             registry=r,
         )
+        # Pool load, refreshed when /metrics is read: labels are configured pool names and the
+        # fixed saturation reasons (gateway/routing/policy.py).
+        self.pool_in_flight = Gauge(
+            "gateway_pool_in_flight",
+            "Requests this gateway has in flight on the pool (other gateways' not included)",
+            ["pool"],
+            registry=r,
+        )
+        self.pool_prompt_tokens = Gauge(
+            "gateway_pool_prompt_tokens_in_flight",
+            "Prompt tokens of the requests this gateway has in flight on the pool",
+            ["pool"],
+            registry=r,
+        )
+        self.pool_saturated = Gauge(
+            "gateway_pool_saturated",
+            "1 while the pool is past a saturation bound, by the bound",
+            ["pool", "reason"],
+            registry=r,
+        )
+        self.engine_waiting = Gauge(
+            "gateway_engine_requests_waiting",
+            "The pool's engines' waiting queue, as last read (vllm:num_requests_waiting)",
+            ["pool"],
+            registry=r,
+        )
+        self.engine_running = Gauge(
+            "gateway_engine_requests_running",
+            "The pool's engines' running batch, as last read (vllm:num_requests_running)",
+            ["pool"],
+            registry=r,
+        )
+        self.engine_kv_usage = Gauge(
+            "gateway_engine_kv_cache_usage",
+            "The pool's fullest engine's KV cache usage, as last read (0 to 1)",
+            ["pool"],
+            registry=r,
+        )
+        self.engine_signal_age = Gauge(
+            "gateway_engine_signal_age_seconds",
+            "Seconds since the pool's engine gauges were last read (-1: never)",
+            ["pool"],
+            registry=r,
+        )
+        self.engine_signal_fresh = Gauge(
+            "gateway_engine_signal_fresh",
+            "1 while the pool's engine gauges are within their freshness bound",
+            ["pool"],
+            registry=r,
+        )
+        self.prefix_index_blocks = Gauge(
+            "gateway_prefix_index_blocks",
+            "Block names held by the pool's prefix index",
+            ["pool"],
+            registry=r,
+        )
         self.decision = Children(self.decisions)
         self.variant_request = Children(self.variant_requests)
         self.variant_first_token = Children(self.variant_ttft)

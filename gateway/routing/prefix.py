@@ -24,15 +24,12 @@ counts as uncached; memory is ``max_blocks`` entries per pool (about 100 bytes e
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gateway.values import value
 from gateway.wire.request import Operation
-
-BLOCK_HASH_BYTES = 8
 
 
 @value
@@ -41,7 +38,7 @@ class PromptBlocks:
 
     hashes: tuple[int, ...]
     chars: int
-    """Length of the canonical text: the encoded bytes read, and the characters past them."""
+    """Characters of the canonical text (all of it, hashed or not)."""
     block_chars: int
 
     @property
@@ -124,18 +121,16 @@ def prompt_blocks(
         if kept < limit:
             pieces.append(piece[: limit - kept])
             kept += len(pieces[-1])
-    text = "".join(pieces).encode("utf-8", "surrogatepass")
-    # Blocks of the encoded text: ``block_chars`` bytes are ``block_chars`` characters of ASCII
-    # and fewer of other scripts; equal texts cut equally either way, which is all that matters.
-    whole = min(len(text) // block_chars, max_blocks)
-    chain = hashlib.blake2b(seed, digest_size=BLOCK_HASH_BYTES)
+    text = "".join(pieces)
+    # Python's own string hash (SipHash, in C), chained over slices of the text: 4.5x cheaper
+    # than blake2b over the encoded text, measured (README, "Serving-aware routing"). It is
+    # salted per process, which is all the index needs: it lives in one process, never shared.
+    chain = hash(seed)
     hashes = []
-    for start in range(0, whole * block_chars, block_chars):
-        chain.update(text[start : start + block_chars])
-        hashes.append(int.from_bytes(chain.copy().digest(), "little"))
-    # The share of the prompt the blocks cover, in one unit: the bytes hashed, and the rest of
-    # the text (not encoded: it is not read) counted in characters.
-    return PromptBlocks(tuple(hashes), len(text) + total - kept, block_chars)
+    for start in range(0, len(text) // block_chars * block_chars, block_chars):
+        chain = hash((chain, text[start : start + block_chars]))
+        hashes.append(chain)
+    return PromptBlocks(tuple(hashes), total, block_chars)
 
 
 class PrefixIndex:
@@ -161,12 +156,12 @@ class PrefixIndex:
             if mask is None:
                 break
             index.move_to_end(name)
+            still = alive & mask
+            if still != alive:  # these replicas' runs end before this block
+                _settle(per_replica, alive & ~still, pool)
+                alive = still
             pool += 1
-            alive &= mask
-            if alive:
-                for replica in range(self.replicas):
-                    if alive >> replica & 1:
-                        per_replica[replica] += 1
+        _settle(per_replica, alive, pool)
         return PrefixMatch(blocks, pool, tuple(per_replica))
 
     def record(self, blocks: PromptBlocks, replica: int) -> None:
@@ -188,6 +183,15 @@ class PrefixIndex:
                 self._blocks[name] = kept
             else:
                 del self._blocks[name]
+
+
+def _settle(per_replica: list[int], bits: int, blocks: int) -> None:
+    replica = 0
+    while bits:
+        if bits & 1:
+            per_replica[replica] = blocks
+        bits >>= 1
+        replica += 1
 
 
 def matched(index: PrefixIndex | None, blocks: PromptBlocks) -> PrefixMatch:

@@ -25,6 +25,7 @@ from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.pools import Pool, ProbeFn, check_forever, check_once
 from gateway.routing.router import ModelRouter
 from gateway.routing.shared import Canaries, LocalCanaries
+from gateway.routing.shared_load import SharedLoad
 from gateway.routing.shared_redis import RedisCanaries
 from gateway.routing.signals import EngineSignals
 from gateway.runtime.migrations import all_migrations
@@ -57,6 +58,8 @@ class GatewayState:
     """Flow control's queue (None when ``flow.enabled`` is off)."""
     signals: EngineSignals = field(default_factory=EngineSignals)
     """Reads the engines' vLLM gauges for the pools that name where."""
+    shared_load: SharedLoad | None = None
+    """Every gateway replica's load per pool, where the limits share Redis."""
 
     @classmethod
     def build(
@@ -84,6 +87,7 @@ class GatewayState:
             canaries,
             tracing=build_tracing(config.tracing, os.environ),
             flow=flow,
+            shared_load=build_shared_load(config),
         )
 
     async def start(self) -> None:
@@ -93,6 +97,9 @@ class GatewayState:
         if self.auth is not None:
             await self.auth.start()
         await self.watch_pools(self.table.pools.values())
+        if self.shared_load is not None:
+            shared = self.shared_load.run(lambda: self.table.pools.values())
+            self._health_tasks.append(asyncio.create_task(shared))
         await self.canaries.start(self._routers)
         await self.accounting.start(self.database)
 
@@ -119,6 +126,8 @@ class GatewayState:
                 await task
         self._health_tasks.clear()
         await self.signals.aclose()
+        if self.shared_load is not None:
+            await self.shared_load.aclose()
         if self.flow is not None:
             self.flow.queue.close()
         await self.canaries.aclose()
@@ -129,6 +138,17 @@ class GatewayState:
             await self.auth.stop()  # flushes the keys' last-used times
         await self.database.close()  # last: the ledger and auth flush into it
         await asyncio.to_thread(self.tracing.shutdown)  # flush the spans still queued
+
+
+def build_shared_load(config: GatewayConfig) -> SharedLoad | None:
+    """Where the rate limits share Redis, so does the load view (gateway/routing/shared_load.py)."""
+    limits = config.limits
+    if not (limits.enabled and limits.backend == "redis"):
+        return None
+    assert limits.redis_url is not None  # the config validator requires it
+    return SharedLoad.from_url(
+        limits.redis_url, prefix=limits.key_prefix, timeout=limits.redis_timeout
+    )
 
 
 def build_canaries(config: GatewayConfig, metrics: RoutingMetrics) -> Canaries:

@@ -28,7 +28,9 @@ from gateway.metrics import GatewayMetrics
 from gateway.routing.breaker import BreakerState
 from gateway.routing.config import PoolConfig
 from gateway.routing.dispatch import Dispatcher
+from gateway.routing.gauges import EngineGauges
 from gateway.routing.metrics import RoutingMetrics
+from gateway.routing.policy import SATURATION_REASONS
 from gateway.routing.pools import Pool, Replica
 from gateway.routing.router import ModelRouter
 from gateway.routing.service import Routing
@@ -153,6 +155,41 @@ def replica_status(replica: Replica) -> dict[str, Any]:
         "breaker": replica.breaker.state.value,
         "last_failure": replica.last_failure,
         "outstanding": replica.outstanding,
+        "prompt_tokens_in_flight": replica.prompt_tokens,
+        "engine": _engine(replica.gauges),
+    }
+
+
+def _engine(gauges: EngineGauges | None) -> dict[str, Any] | None:
+    reading = None if gauges is None else gauges.fresh()
+    if reading is None:
+        return None
+    return {"running": reading.running, "waiting": reading.waiting, "kv_usage": reading.kv_usage}
+
+
+def load_status(pool: Pool) -> dict[str, Any]:
+    """A pool's load as the admin API and the console show it: the gateway's own view, the
+    engines' gauges (with their age), the saturation bound it is past, the prefix index."""
+    gauges = pool.gauges
+    latest, fresh = gauges.latest, gauges.fresh()
+    return {
+        "in_flight": pool.in_flight,
+        "prompt_tokens_in_flight": pool.prompt_tokens,
+        "other_gateways": {"in_flight": pool.others[0], "prompt_tokens": pool.others[1]},
+        "capacity": pool.config.capacity,
+        "saturated": pool.saturation(),
+        "engine": None
+        if latest is None
+        else {
+            "running": latest.running,
+            "waiting": latest.waiting,
+            "kv_usage": latest.kv_usage,
+            "prefix_hit_rate": gauges.hit_rate(),
+            "age_seconds": gauges.age(),
+            "fresh": fresh is not None,
+        },
+        "engine_error": gauges.last_error,
+        "prefix_index_blocks": 0 if pool.prefix is None else len(pool.prefix),
     }
 
 
@@ -162,9 +199,30 @@ def publish_pool_state(
     """Refresh the pool gauges (called when /metrics is scraped, not per request)."""
     for pool in pools:
         metrics.pool_healthy.labels(pool.name).set(1 if pool.healthy else 0)
+        publish_load(routing_metrics, pool)
         for replica in pool.replicas:
             label = replica.label  # user:pass@ redacted
             metrics.replica_healthy.labels(pool.name, label).set(1 if replica.healthy else 0)
             metrics.replica_outstanding.labels(pool.name, label).set(replica.outstanding)
             is_open = replica.breaker.state is not BreakerState.CLOSED
             routing_metrics.breaker_open.labels(pool.name, label).set(1 if is_open else 0)
+
+
+def publish_load(metrics: RoutingMetrics, pool: Pool) -> None:
+    name = pool.name
+    metrics.pool_in_flight.labels(name).set(pool.in_flight)
+    metrics.pool_prompt_tokens.labels(name).set(pool.prompt_tokens)
+    past = pool.saturation()
+    for reason in SATURATION_REASONS:
+        metrics.pool_saturated.labels(name, reason).set(1 if past == reason else 0)
+    gauges = pool.gauges
+    age = gauges.age()
+    metrics.engine_signal_age.labels(name).set(-1 if age is None else age)
+    metrics.engine_signal_fresh.labels(name).set(0 if gauges.fresh() is None else 1)
+    latest = gauges.latest
+    if latest is not None:
+        metrics.engine_waiting.labels(name).set(latest.waiting)
+        metrics.engine_running.labels(name).set(latest.running)
+        if latest.kv_usage is not None:
+            metrics.engine_kv_usage.labels(name).set(latest.kv_usage)
+    metrics.prefix_index_blocks.labels(name).set(0 if pool.prefix is None else len(pool.prefix))

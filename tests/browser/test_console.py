@@ -147,6 +147,8 @@ def test_routing_shows_pools_and_variants_and_sets_a_weight(
     alpha = page.get_by_role("region", name="Model alpha")
     expect(alpha.locator('tr[data-variant="canary"]')).to_contain_text("sim-canary")
     expect(page.locator('tr[data-pool="sim"]')).to_contain_text("closed")
+    expect(page.locator('tr[data-load="sim"]')).to_contain_text("no signal")
+    expect(page.locator("#routing-queue")).to_contain_text("Flow control is off")
     expect(alpha).to_contain_text("Canary: baseline stable")
     screenshot(page, "routing", tmp_path)
     weight = page.get_by_label("Weight of alpha variant canary")

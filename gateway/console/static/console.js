@@ -406,6 +406,8 @@ async function loadRouting() {
   await guarded(async () => {
     const status = await api("GET", "/admin/routing");
     $("routing-models").replaceChildren(...Object.entries(status.models).map(([name, m]) => modelPanel(name, m)));
+    $("routing-load").replaceChildren(loadTable(status.pools));
+    $("routing-queue").replaceChildren(queueTable(status.flow));
     $("routing-pools").replaceChildren(poolTable(status.pools));
     say("Routing as of " + new Date().toISOString().slice(11, 19) + " UTC");
   });
@@ -453,6 +455,40 @@ function poolTable(pools) {
   }
   return el("table", {}, el("caption", { text: "Pools and replicas" }),
     el("thead", {}, el("tr", {}, ...cols.map((c) => el("th", { scope: "col", text: c })))), el("tbody", {}, ...rows));
+}
+
+// The gateway's own load view and the engines' gauges (when fresh), per pool.
+function loadTable(pools) {
+  const cols = ["Pool", "In flight", "Prompt tokens", "Other gateways", "Engine running", "Engine waiting",
+    "KV usage", "Prefix hits", "Signal age", "Saturated", "Prefix index"];
+  const num = (v, digits = 0) => (v === null || v === undefined ? "–" : Number(v).toFixed(digits));
+  const rows = Object.entries(pools).map(([name, p]) => {
+    const e = p.engine;
+    const stale = e && !e.fresh;
+    return el("tr", { "data-load": name }, el("th", { scope: "row", text: name }),
+      el("td", { class: "num", text: `${p.in_flight}${p.capacity ? " / " + p.capacity : ""}` }),
+      el("td", { class: "num", text: fmt(p.prompt_tokens_in_flight) }),
+      el("td", { class: "num", text: String(p.other_gateways.in_flight) }),
+      el("td", { class: "num", text: e ? num(e.running) : "–" }),
+      el("td", { class: "num", text: e ? num(e.waiting) : "–" }),
+      el("td", { class: "num", text: e && e.kv_usage !== null ? (e.kv_usage * 100).toFixed(0) + "%" : "–" }),
+      el("td", { class: "num", text: e && e.prefix_hit_rate !== null ? (e.prefix_hit_rate * 100).toFixed(0) + "%" : "–" }),
+      el("td", { class: stale ? "bad" : null, text: e ? num(e.age_seconds, 1) + " s" + (stale ? " (stale)" : "") : p.engine_error || "no signal" }),
+      el("td", { class: p.saturated ? "bad" : "ok", text: p.saturated || "no" }),
+      el("td", { class: "num", text: fmt(p.prefix_index_blocks) }));
+  });
+  return el("table", {}, el("caption", { text: "Pool load: the gateway's own view and the engines' gauges" }),
+    el("thead", {}, el("tr", {}, ...cols.map((c) => el("th", { scope: "col", text: c })))), el("tbody", {}, ...rows));
+}
+
+function queueTable(flow) {
+  if (!flow.enabled) return el("p", { text: "Flow control is off: requests never wait at the gateway." });
+  const rows = flow.bands.map((b) => el("tr", { "data-band": b.name }, el("th", { scope: "row", text: b.name }),
+    el("td", { class: "num", text: String(b.waiting) }), el("td", { text: b.sheddable ? "yes" : "no" })));
+  return el("table", {}, el("caption", { text: `Waiting: ${flow.waiting} of ${flow.max_queued}, ` +
+      `${fmt(flow.bytes)} bytes, at most ${flow.max_wait_seconds} s each` }),
+    el("thead", {}, el("tr", {}, ...["Band", "Waiting", "Sheddable"].map((c) => el("th", { scope: "col", text: c })))),
+    el("tbody", {}, ...rows));
 }
 
 async function setWeight(model, variant, value) {

@@ -1,0 +1,166 @@
+"""Flow control and serving-aware routing through the app factory's seam: a queued request keeps
+its reservation and is served when a place frees; shed, full, timed out and abandoned waits are
+outcomes with one settlement and one ledger row; the P/D decision reads the prefix index.
+
+Saturation is made by holding the pool's only place by hand (``pool.take``), so nothing here
+depends on timing: the test waits for the queue to hold the request, then frees the place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from gateway.wire.outcome import Ending
+from tests.seam.harness import Gateway, running_gateway
+from tests.seam.upstream import Script
+
+CHAT = "/v1/chat/completions"
+SCRIPTS = {"default": Script()}
+FLOW = {"enabled": True, "max_wait_seconds": 60, "recheck_seconds": 3600}
+ONE_PLACE = {"pd": {"urls": ["http://replica-a:8000"], "capacity": 1}}
+
+
+def chat(text: str = "hello there", **extra: Any) -> bytes:
+    body = {"model": "m", "messages": [{"role": "user", "content": text}], "stream": True}
+    return orjson.dumps({**body, **extra})
+
+
+def settled_once(gw: Gateway) -> None:
+    admitted = [o for o in gw.outcomes if o.admitted]
+    assert all(gw.limiter.settled[o.arrival.request_id] == 1 for o in admitted)
+    assert gw.limiter.in_flight() == 0
+
+
+async def until(check: Any) -> None:
+    for _ in range(10_000):
+        if check():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("state not reached")
+
+
+async def test_a_request_waits_for_a_place_keeping_its_reservation(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path, SCRIPTS, flow=FLOW, pools=ONE_PLACE) as gw:
+        pool = gw.state.table.pools["pd"]
+        held = pool.take()
+        call = asyncio.create_task(gw.call(CHAT, chat()))
+        assert gw.state.flow is not None
+        await until(lambda: gw.state.flow is not None and gw.state.flow.queue.waiting == 1)
+        assert gw.limiter.in_flight() == 1  # its reservation is held while it waits
+        pool.give_back(held)
+        reply = await call
+        assert reply.status == 200
+        outcome = reply.outcome
+        assert outcome is not None and outcome.ending is Ending.COMPLETE
+        assert outcome.queued > 0 and outcome.band == "standard"
+        settled_once(gw)
+    assert len(gw.ledger_rows()) == 1
+
+
+async def test_a_sheddable_request_is_refused_while_saturated_and_recorded_once(
+    tmp_path: Path,
+) -> None:
+    async with running_gateway(tmp_path, SCRIPTS, flow=FLOW, pools=ONE_PLACE) as gw:
+        pool = gw.state.table.pools["pd"]
+        held = pool.take()
+        reply = await gw.call(CHAT, chat(), headers=((b"x-gateway-priority", b"sheddable"),))
+        pool.give_back(held)
+        assert reply.status == 429 and reply.headers[b"retry-after"] == b"1"
+        assert reply.json()["error"]["code"] == "shed"
+        outcome = reply.outcome
+        assert outcome is not None and outcome.ending is Ending.REFUSED and outcome.admitted
+        assert not outcome.reached_upstream and outcome.band == "sheddable"
+        assert gw.upstreams[0].sent == []
+        settled_once(gw)
+    (row,) = gw.ledger_rows()
+    assert row["status"] == 429
+
+
+async def test_a_wait_past_max_wait_is_a_503_with_retry_after(tmp_path: Path) -> None:
+    flow = {**FLOW, "max_wait_seconds": 0.01}
+    async with running_gateway(tmp_path, SCRIPTS, flow=flow, pools=ONE_PLACE) as gw:
+        pool = gw.state.table.pools["pd"]
+        held = pool.take()
+        reply = await gw.call(CHAT, chat())
+        pool.give_back(held)
+        assert reply.status == 503 and b"retry-after" in reply.headers
+        assert reply.json()["error"]["code"] == "queue_timeout"
+        outcome = reply.outcome
+        assert outcome is not None and outcome.ending is Ending.REFUSED
+        assert outcome.queued > 0
+        settled_once(gw)
+    assert len(gw.ledger_rows()) == 1
+
+
+async def test_a_client_that_leaves_while_queued_is_recorded_as_gone(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path, SCRIPTS, flow=FLOW, pools=ONE_PLACE) as gw:
+        pool = gw.state.table.pools["pd"]
+        held = pool.take()
+        reply = await gw.call(CHAT, chat(), leave_after=0)
+        pool.give_back(held)
+        outcome = reply.outcome
+        assert outcome is not None and outcome.ending is Ending.CLIENT_GONE
+        assert not outcome.reached_upstream
+        assert gw.state.flow is not None and gw.state.flow.queue.waiting == 0
+        settled_once(gw)
+    assert len(gw.ledger_rows()) == 1
+
+
+TWO_POOLS = {
+    "pd": {"urls": ["http://pd-a:8000"]},
+    "colo": {"urls": ["http://colo-a:8000", "http://colo-b:8000"], "capacity": 4},
+}
+PREFIX_MODEL = {
+    "m": {
+        "variants": {"stable": {"weight": 1, "pools": {"pd": "pd", "colocated": "colo"}}},
+        "routing": {"pd_threshold_tokens": 150, "prefix": {"enabled": True}},
+    }
+}
+HISTORY = "Tell me about the history of the river and its bridges. " * 30  # 600 chars: 136 tokens
+
+
+def conversation(*turns: str) -> bytes:
+    roles = ["user", "assistant"]
+    messages = [{"role": roles[i % 2], "content": t} for i, t in enumerate(turns)]
+    return orjson.dumps({"model": "m", "messages": messages, "stream": True})
+
+
+async def test_a_conversation_stays_on_the_pool_that_holds_its_prefix(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path, SCRIPTS, pools=TWO_POOLS, models=PREFIX_MODEL) as gw:
+        # The history arrives in pieces: the first turn is short, so it goes colocated.
+        first = await gw.call(CHAT, conversation(HISTORY[:600]))
+        assert first.headers[b"x-gateway-route-reason"] == b"prompt_short"
+        assert first.headers[b"x-gateway-pool"] == b"colo"
+        # One turn on, the prompt is long, but most of it is cached on colocated: it stays,
+        # on the replica that holds it.
+        second = await gw.call(CHAT, conversation(HISTORY[:600], "ok", HISTORY[600:900]))
+        assert second.headers[b"x-gateway-route-reason"] == b"prefix_cached"
+        assert second.outcome is not None and first.outcome is not None
+        assert second.outcome.route.replica == first.outcome.route.replica
+        # A long prompt no pool has seen goes to PD.
+        fresh = await gw.call(CHAT, conversation("A new topic entirely. " * 80))
+        assert fresh.headers[b"x-gateway-route-reason"] == b"prompt_long"
+        assert fresh.headers[b"x-gateway-pool"] == b"pd"
+
+
+async def test_a_saturated_preferred_pool_sends_the_request_to_the_other(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path, SCRIPTS, pools=TWO_POOLS, models=PREFIX_MODEL) as gw:
+        colo = gw.state.table.pools["colo"]
+        held = [colo.take() for _ in range(4)]
+        reply = await gw.call(CHAT, conversation("short question"))
+        for replica in held:
+            colo.give_back(replica)
+        assert reply.headers[b"x-gateway-pool"] == b"pd"
+        assert reply.headers[b"x-gateway-route-reason"] == b"prompt_short+failover_saturated"
+
+
+async def test_without_the_index_the_same_turn_goes_by_length_to_pd(tmp_path: Path) -> None:
+    model = {"m": {**PREFIX_MODEL["m"], "routing": {"pd_threshold_tokens": 150}}}
+    async with running_gateway(tmp_path, SCRIPTS, pools=TWO_POOLS, models=model) as gw:
+        await gw.call(CHAT, conversation(HISTORY[:600]))
+        second = await gw.call(CHAT, conversation(HISTORY[:600], "ok", HISTORY[600:900]))
+        assert second.headers[b"x-gateway-route-reason"] == b"prompt_long"
