@@ -10,6 +10,7 @@ Exit status: 0 done; 2 bad arguments; 3 a target is unreachable; 4 a target refu
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
 import sys
@@ -24,12 +25,19 @@ import uvloop
 
 from loadtests.pdload import client
 from loadtests.pdload.arrivals import Arrival
-from loadtests.pdload.plots import write_plots
 from loadtests.pdload.progress import Progress
 from loadtests.pdload.report import build_report, render_markdown, write_report
-from loadtests.pdload.runner import Mode, Request, Step, StepResult, run_step
+from loadtests.pdload.runner import (
+    Mode,
+    Request,
+    Step,
+    StepResult,
+    TenantLoad,
+    run_step,
+    run_tenants_step,
+)
 from loadtests.pdload.stats import Slo
-from loadtests.pdload.tokenizer import TokenizerError, load_tokenizer
+from loadtests.pdload.tokenizer import Tokenizer, TokenizerError, load_tokenizer
 from loadtests.pdload.workload import WorkloadError, WorkloadKind, WorkloadSpec, build_items
 
 EXIT_ALL_FAILED = 5
@@ -38,6 +46,7 @@ MAX_TARGETS = 16
 MAX_STEPS = 64
 MAX_INFLIGHT = 100_000
 MAX_ITEMS = 20_000
+MAX_TENANTS = 8
 
 
 def _bounded(low: float, high: float, kind: type = float) -> Any:
@@ -83,6 +92,29 @@ def parse_target(text: str, default_model: str | None, default_key_env: str) -> 
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """``--tenant name=N,key_env=VAR,load=X``: its own key and its own share of each step."""
+
+    name: str
+    key_env: str
+    load: float
+
+
+def parse_tenant(text: str) -> Tenant:
+    fields = dict(part.partition("=")[::2] for part in text.split(","))
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    if set(fields) != {"name", "key_env", "load"} or not fields["name"]:
+        raise argparse.ArgumentTypeError(f"bad --tenant {text!r}: want name=N,key_env=VAR,load=X")
+    try:
+        load = float(fields["load"])
+    except ValueError:
+        load = -1.0
+    if not 0 < load <= 1e6:
+        raise argparse.ArgumentTypeError(f"--tenant {text!r}: load must be a positive number")
+    return Tenant(fields["name"][:32], fields["key_env"], load)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pd-loadtest", description=__doc__.split("\n\n")[0])
     p.add_argument(
@@ -96,6 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key"
     )
     p.add_argument("--api", choices=get_args(client.Api), default="chat")
+    p.add_argument(
+        "--tenant",
+        action="append",
+        type=parse_tenant,
+        help="name=N,key_env=VAR,load=X (repeat): tenants sending at once, each with its own "
+        "key and X times the step's load, reported per tenant",
+    )
     load = p.add_mutually_exclusive_group(required=True)
     load.add_argument(
         "--rate", type=_loads, help="open loop: requests/s, comma-separated for a sweep"
@@ -142,6 +181,15 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--prefix-tokens", type=_bounded(1, 1_000_000, int), default=256)
     w.add_argument("--prefix-groups", type=_bounded(1, 10_000, int), default=4)
     w.add_argument(
+        "--conversations",
+        type=_bounded(1, 10_000, int),
+        default=8,
+        help="multi-turn: conversations in progress at once",
+    )
+    w.add_argument(
+        "--turns", type=_bounded(1, 64, int), default=4, help="multi-turn: turns a conversation"
+    )
+    w.add_argument(
         "--dataset", type=Path, help="JSON lines: {prompt} or {messages}, optional max_tokens"
     )
     w.add_argument("--temperature", type=_bounded(0, 2), help="sent when given (0 = greedy)")
@@ -168,6 +216,7 @@ class Plan:
     spec: WorkloadSpec
     slo: Slo
     extra: dict[str, Any]
+    tenants: list[Tenant]
 
 
 def make_plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Plan:
@@ -179,6 +228,9 @@ def make_plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Plan
         parser.error(str(e))
     if len({t.name for t in targets}) != len(targets):
         parser.error("target names must differ")
+    tenants = args.tenant or []
+    if len(tenants) > MAX_TENANTS or len({t.name for t in tenants}) != len(tenants):
+        parser.error(f"at most {MAX_TENANTS} tenants, with different names")
     mode: Mode = "open" if args.rate else "closed"
     loads = args.rate or args.concurrency
     steps = [
@@ -191,7 +243,8 @@ def make_plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Plan
         max_input_tokens=args.max_input_tokens, max_output_tokens=args.max_output_tokens,
         short_tokens=args.short_tokens, long_tokens=args.long_tokens,
         long_fraction=args.long_fraction, prefix_tokens=args.prefix_tokens,
-        prefix_groups=args.prefix_groups, dataset=args.dataset,
+        prefix_groups=args.prefix_groups, conversations=args.conversations, turns=args.turns,
+        dataset=args.dataset,
     )  # fmt: skip
     slo = Slo(
         *(
@@ -204,7 +257,7 @@ def make_plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Plan
         extra["temperature"] = args.temperature
     if args.ignore_eos:
         extra["ignore_eos"] = True
-    return Plan(targets, steps, spec, slo, extra)
+    return Plan(targets, steps, spec, slo, extra, tenants)
 
 
 async def _run(args: argparse.Namespace, plan: Plan) -> list[StepResult]:
@@ -213,11 +266,16 @@ async def _run(args: argparse.Namespace, plan: Plan) -> list[StepResult]:
     connector = aiohttp.TCPConnector(limit=args.max_inflight, limit_per_host=0, ttl_dns_cache=300)
     results: list[StepResult] = []
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-        for target in plan.targets:
+        # With tenants, each tenant's key is checked instead (the target's own may be none).
+        for target in [] if plan.tenants else plan.targets:
             for warning in await client.preflight(session, target):
                 print(f"pd-loadtest: warning: {warning}", file=sys.stderr)
         for t_index, target in enumerate(plan.targets):
-            req = Request(target, args.api, plan.extra)
+            warm_target = target
+            if plan.tenants:  # warm up with the first tenant's key
+                key = os.environ.get(plan.tenants[0].key_env)
+                warm_target = dataclasses.replace(target, api_key=key)
+            req = Request(warm_target, args.api, plan.extra)
             if args.warmup:
                 items = build_items(
                     plan.spec, tokenizer, min(args.warmup, MAX_ITEMS), args.seed, -1 - t_index
@@ -232,6 +290,9 @@ async def _run(args: argparse.Namespace, plan: Plan) -> list[StepResult]:
                     max_inflight=args.max_inflight,
                     on_done=lambda _: None,
                 )
+            if plan.tenants:
+                results += await _run_tenants(session, args, plan, target, t_index, tokenizer)
+                continue
             for step in plan.steps:
                 count = min(step.expected_requests(), MAX_ITEMS)
                 salt = t_index * MAX_STEPS + step.index
@@ -254,6 +315,48 @@ async def _run(args: argparse.Namespace, plan: Plan) -> list[StepResult]:
     return results
 
 
+async def _run_tenants(
+    session: aiohttp.ClientSession,
+    args: argparse.Namespace,
+    plan: Plan,
+    target: client.Target,
+    t_index: int,
+    tokenizer: Tokenizer,
+) -> list[StepResult]:
+    """Each step with every tenant sending at once, each with its own key, load and prompts."""
+    keyed = [
+        (tenant, dataclasses.replace(target, api_key=os.environ.get(tenant.key_env)))
+        for tenant in plan.tenants
+    ]
+    for tenant, tenant_target in keyed:
+        for warning in await client.preflight(session, tenant_target):
+            print(f"pd-loadtest: warning: tenant {tenant.name}: {warning}", file=sys.stderr)
+    results = []
+    for step in plan.steps:
+        loads = []
+        for n, (tenant, tenant_target) in enumerate(keyed):
+            count = min(Step(0, step.mode, step.load * tenant.load, step.requests,
+                             step.duration).expected_requests(), MAX_ITEMS)  # fmt: skip
+            salt = (t_index * MAX_STEPS + step.index) * MAX_TENANTS + n
+            items = build_items(plan.spec, tokenizer, count, args.seed, salt)
+            req = Request(tenant_target, args.api, plan.extra, tenant.name)
+            loads.append(TenantLoad(req, items, tenant.load))
+        progress = Progress(f"{target.name} @ {step.load:g}", None, not args.no_progress)
+        try:
+            result = await run_tenants_step(
+                session,
+                loads,
+                step,
+                seed=args.seed + step.index,
+                max_inflight=args.max_inflight,
+                on_done=progress,
+            )
+        finally:
+            progress.close()
+        results.append(result)
+    return results
+
+
 def _describe_workload(spec: WorkloadSpec, tokenizer: str) -> str:
     s = spec
     shapes = {
@@ -264,6 +367,9 @@ def _describe_workload(spec: WorkloadSpec, tokenizer: str) -> str:
         f"the rest short ({s.short_tokens})",
         "shared-prefix": f"{s.prefix_groups} shared prefixes of {s.prefix_tokens} tokens "
         f"+ {s.input_tokens} unique",
+        "multi-turn": f"{s.conversations} conversations at once, {s.turns} turns each: a "
+        f"{s.prefix_tokens}-token system prompt, {s.input_tokens} tokens a user turn, "
+        f"{s.output_tokens} an answer, the history resent",
         "dataset": f"dataset {s.dataset}",
     }
     if s.kind != "lognormal":
@@ -292,11 +398,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         "api": args.api,
         "workload": _describe_workload(plan.spec, args.tokenizer),
         "targets": [{"name": t.name, "url": t.base_url, "model": t.model} for t in plan.targets],
+        "tenants": [{"name": t.name, "load": t.load} for t in plan.tenants],
     }
     data = build_report(meta, results, plan.slo, args.knee_tolerance)
     out = args.out or Path(time.strftime("loadtest-%Y%m%d-%H%M%S"))
     write_report(out, data)
     if not args.no_plots:
+        # matplotlib is imported only when plots are asked for (a machine without it can run).
+        from loadtests.pdload.plots import write_plots
+
         write_plots(out, data)
     print(render_markdown(data).split("## Per pool")[0])
     print(f"report: {out.resolve()}")

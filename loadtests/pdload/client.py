@@ -86,9 +86,17 @@ async def _read_stream(response: aiohttp.ClientResponse, timer: StreamTimer) -> 
         timer.feed(data, time.perf_counter())
 
 
+def cached_tokens(usage: dict[str, Any]) -> int | None:
+    """``usage.prompt_tokens_details.cached_tokens`` when the server reports it (vLLM, OpenAI)."""
+    details = usage.get("prompt_tokens_details")
+    value = details.get("cached_tokens") if isinstance(details, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _finish(record: RequestRecord, timer: StreamTimer, start: float) -> None:
     usage = timer.usage or {}
     record.prompt_tokens = usage.get("prompt_tokens")
+    record.cached_tokens = cached_tokens(usage)
     record.completion_tokens = usage.get("completion_tokens", len(timer.token_times))
     t = timing(start, time.perf_counter(), timer.token_times, record.completion_tokens)
     record.ttft, record.tpot, record.e2e, record.itls = t.ttft, t.tpot, t.e2e, list(t.itls)

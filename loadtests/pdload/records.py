@@ -32,10 +32,13 @@ class RequestRecord:
     itls: list[float] = field(default_factory=list)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    """``usage.prompt_tokens_details.cached_tokens``: prompt tokens the engine had cached."""
     chunks: int = 0
     pool: str | None = None
     variant: str | None = None
     route_reason: str | None = None
+    tenant: str | None = None
 
     @property
     def ok(self) -> bool:

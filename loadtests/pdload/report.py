@@ -26,6 +26,7 @@ def step_figures(result: StepResult, slo: Slo) -> dict[str, Any]:
         "by_pool": summarize_by(records, lambda r: r.pool, duration, slo),
         "by_variant": summarize_by(records, lambda r: r.variant, duration, slo),
         "by_shape": summarize_by(records, lambda r: r.shape, duration, slo),
+        "by_tenant": summarize_by(records, lambda r: r.tenant, duration, slo),
     }
 
 
@@ -70,13 +71,16 @@ def _row(label: list[str], s: dict[str, Any]) -> str:
         _ms(s["tpot"]["p50"]),
         _ms(s["e2e"]["p50"]),
         _ms(s["e2e"]["p99"]),
+        "" if s["prefix_hit_rate"] is None else f"{s['prefix_hit_rate']:.1%}",
+        str(s["prefill_tokens_total"]),
     ]
     return "| " + " | ".join(cells) + " |"
 
 
 _FIGURES = (
     "requests | errors | req/s | out tok/s | goodput req/s | TTFT p50 ms | TTFT p90 ms | "
-    "TTFT p99 ms | ITL p50 ms | ITL p99 ms | TPOT p50 ms | e2e p50 ms | e2e p99 ms"
+    "TTFT p99 ms | ITL p50 ms | ITL p99 ms | TPOT p50 ms | e2e p50 ms | e2e p99 ms | "
+    "prefix hit | prefill tokens"
 )
 
 
@@ -114,14 +118,17 @@ def render_markdown(data: dict[str, Any]) -> str:
         ("by_pool", "pool"),
         ("by_variant", "variant"),
         ("by_shape", "prompt shape"),
+        ("by_tenant", "tenant"),
     ):
         rows = [
             _row([t["name"], f"{s['offered']:g}", name], figures)
             for t in data["targets"]
             for s in t["steps"]
-            for name, figures in s[group].items()
+            for name, figures in s.get(group, {}).items()
+            if group != "by_tenant" or name != "-"
         ]
-        lines += [f"## Per {title}", "", *_table(["target", load, title], rows)]
+        if rows or group != "by_tenant":
+            lines += [f"## Per {title}", "", *_table(["target", load, title], rows)]
     return "\n".join(lines)
 
 

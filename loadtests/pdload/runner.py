@@ -51,6 +51,8 @@ class Request:
     target: client.Target
     api: client.Api
     extra: dict[str, Any]
+    tenant: str | None = None
+    """The tenant its records are reported under (``--tenant``); its key is the target's."""
 
 
 @dataclass(slots=True)
@@ -75,6 +77,7 @@ class _Sender:
         self.items = items
         self.step = step
         self.target = req.target.name
+        self.tenant = req.tenant
         self.records: list[RequestRecord] = []
 
     async def one(self, index: int, sent_at: float, lag: float, on_done: OnDone) -> None:
@@ -89,6 +92,7 @@ class _Sender:
             lag=lag,
             expected_prompt_tokens=item.prompt_tokens,
             max_tokens=item.max_tokens,
+            tenant=self.tenant,
         )
         self.records.append(record)
         await client.send(self.session, self.url, self.headers, self.bodies[k], record)
@@ -155,3 +159,57 @@ async def run_step(
     else:
         await _closed_loop(sender, step, on_done)
     return StepResult(step, req.target.name, sender.records, time.perf_counter() - t0)
+
+
+@dataclass(frozen=True, slots=True)
+class TenantLoad:
+    """One tenant of a multi-tenant step: its requests, its items and its share of the load."""
+
+    req: Request
+    items: list[WorkItem]
+    load: float
+    """Multiplies the step's load: its own rate (open loop) or users (closed loop)."""
+
+
+async def run_tenants_step(
+    session: aiohttp.ClientSession,
+    tenants: list[TenantLoad],
+    step: Step,
+    *,
+    seed: int,
+    max_inflight: int,
+    on_done: OnDone,
+) -> StepResult:
+    """Every tenant's load at once against one target; one result with everyone's records.
+
+    With ``requests`` per step, each tenant sends its share of them (by load), so that every
+    tenant sends over about the same time."""
+    t0 = time.perf_counter()
+    total = sum(t.load for t in tenants)
+
+    async def one(i: int, tenant: TenantLoad) -> StepResult:
+        # A step of N requests gives each tenant its share, so that all send for as long.
+        requests = step.requests
+        if requests is not None:
+            requests = max(1, round(requests * tenant.load / total))
+        own = Step(
+            step.index,
+            step.mode,
+            step.load * tenant.load,
+            requests,
+            step.duration,
+            step.arrival,
+        )
+        return await run_step(
+            session,
+            tenant.req,
+            tenant.items,
+            own,
+            seed=seed + 7919 * i,
+            max_inflight=max_inflight,
+            on_done=on_done,
+        )
+
+    results = await asyncio.gather(*(one(i, t) for i, t in enumerate(tenants)))
+    records = [r for result in results for r in result.records]
+    return StepResult(step, tenants[0].req.target.name, records, time.perf_counter() - t0)

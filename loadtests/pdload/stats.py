@@ -65,6 +65,24 @@ def _present(values: Iterable[float | None]) -> list[float]:
     return [v for v in values if v is not None]
 
 
+def prefix_figures(ok: Sequence[RequestRecord]) -> dict[str, Any]:
+    """Prompt tokens, the engine's cached share of them and what was left to prefill.
+
+    The hit rate counts only requests whose server reported ``cached_tokens``; ``None`` when
+    none did (a server that does not say cannot be shown to hit).
+    """
+    prompt = sum(r.prompt_tokens or 0 for r in ok)
+    reported = [r for r in ok if r.cached_tokens is not None]
+    cached = sum(r.cached_tokens or 0 for r in reported)
+    reported_prompt = sum(r.prompt_tokens or 0 for r in reported)
+    return {
+        "prompt_tokens_total": prompt,
+        "cached_tokens_total": cached,
+        "prefill_tokens_total": prompt - cached,
+        "prefix_hit_rate": cached / reported_prompt if reported_prompt else None,
+    }
+
+
 def summarize(records: Sequence[RequestRecord], duration: float, slo: Slo) -> dict[str, Any]:
     """Counts, latency distributions, throughput and goodput of ``records`` over ``duration`` s."""
     ok = [r for r in records if r.ok]
@@ -89,6 +107,7 @@ def summarize(records: Sequence[RequestRecord], duration: float, slo: Slo) -> di
         "prompt_tokens": distribution(_present(float(r.prompt_tokens or 0) for r in ok)),
         "completion_tokens": distribution(_present(float(r.completion_tokens or 0) for r in ok)),
         "lag": distribution([r.lag for r in records]),
+        **prefix_figures(ok),
     }
 
 

@@ -22,7 +22,7 @@ import orjson
 from loadtests.pdload.corpus import words
 from loadtests.pdload.tokenizer import Tokenizer
 
-WorkloadKind = Literal["fixed", "lognormal", "mix", "shared-prefix", "dataset"]
+WorkloadKind = Literal["fixed", "lognormal", "mix", "shared-prefix", "multi-turn", "dataset"]
 MAX_DATASET_LINES = 100_000
 MAX_DATASET_LINE_BYTES = 1 << 20
 _FIT_ATTEMPTS = 6
@@ -48,6 +48,9 @@ class WorkloadSpec:
     long_fraction: float = 0.5
     prefix_tokens: int = 256
     prefix_groups: int = 4
+    conversations: int = 8
+    """multi-turn: conversations in progress at once (their turns interleave)."""
+    turns: int = 4
     dataset: Path | None = None
 
 
@@ -113,6 +116,8 @@ def build_items(
     """``count`` items: the same lengths for every ``salt``, different text for each."""
     if spec.kind == "dataset":
         return load_dataset(spec, tokenizer)[: max(count, 1)]
+    if spec.kind == "multi-turn":
+        return build_conversations(spec, tokenizer, count, random.Random(f"{seed}/{salt}"))
     lengths_rng = random.Random(seed)
     text_rng = random.Random(f"{seed}/{salt}")
     prefixes: dict[str, tuple[str, int]] = {}
@@ -128,6 +133,43 @@ def build_items(
             got = len(tokenizer.encode(text))
         items.append(WorkItem(text, got, max_tokens, shape))
     return items
+
+
+def build_conversations(
+    spec: WorkloadSpec, tokenizer: Tokenizer, count: int, rng: random.Random
+) -> list[WorkItem]:
+    """Chat conversations whose every turn resends the history, so prefixes repeat.
+
+    Each conversation opens with its own system prompt of ``prefix_tokens``; turn ``t`` sends
+    the system prompt, the ``t - 1`` earlier user messages (``input_tokens`` each) with an
+    assistant answer of ``output_tokens`` after each, and a new user message. The order is
+    turn by turn across ``conversations`` conversations (turn 1 of all, then turn 2 of all, ...),
+    so a turn leaves ``conversations`` requests after the one before it: with an open loop, the
+    earlier turn has usually been answered by then, as a user would have read it. After
+    ``turns`` turns a fresh set of conversations starts.
+    """
+    items: list[WorkItem] = []
+    while len(items) < count:
+        batch = [_conversation(spec, tokenizer, rng) for _ in range(spec.conversations)]
+        for turn in range(spec.turns):
+            items += (conversation[turn] for conversation in batch)
+    return items[:count]
+
+
+def _conversation(spec: WorkloadSpec, tokenizer: Tokenizer, rng: random.Random) -> list[WorkItem]:
+    system, system_tokens = fit_prompt(tokenizer, spec.prefix_tokens, rng)
+    history: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    tokens = system_tokens
+    turns: list[WorkItem] = []
+    for turn in range(1, spec.turns + 1):
+        question, got = fit_prompt(tokenizer, spec.input_tokens, rng)
+        history.append({"role": "user", "content": question})
+        tokens += got
+        turns.append(WorkItem(question, tokens, spec.output_tokens, f"turn-{turn}", tuple(history)))
+        answer, got = fit_prompt(tokenizer, spec.output_tokens, rng)
+        history.append({"role": "assistant", "content": answer})
+        tokens += got
+    return turns
 
 
 def _dataset_item(line: bytes, number: int, spec: WorkloadSpec, tokenizer: Tokenizer) -> WorkItem:

@@ -28,6 +28,7 @@ from serve_app.sim.asgi import (
     send_bytes,
     wait_disconnect,
 )
+from serve_app.sim.engine import RequestTooLarge, SimEngine
 from serve_app.sim.generation import (
     Generation,
     TimingModel,
@@ -38,6 +39,7 @@ from serve_app.sim.plan import SimRequestError, plan_completion, resolve_model
 from serve_app.sim.records import RequestLog, RequestRecord
 from serve_app.sim.settings import SimSettings
 from serve_app.sim.steering import NO_STEERING, Steering, SteeringError, has_steering
+from serve_app.sim.vllm_metrics import CONTENT_TYPE, VllmMetrics
 from serve_app.sim.wire import (
     ChatWireFormat,
     Completion,
@@ -71,6 +73,11 @@ class SimApp:
             "/sim/requests": ("GET", self._list_requests),
             "/sim/reset": ("POST", self._reset),
         }
+        self.engine: SimEngine | None = None
+        if settings.capacity is not None:
+            self.engine = SimEngine(settings.capacity, VllmMetrics(settings.models[0]))
+            self._routes["/metrics"] = ("GET", self._metrics)
+            self._routes["/reset_prefix_cache"] = ("POST", self._reset_prefix_cache)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -101,6 +108,16 @@ class SimApp:
         self.log.clear()
         await send_bytes(send, 200, b"{}")
 
+    async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
+        assert self.engine is not None
+        body = self.engine.metrics.render(self.engine.scheduler)
+        await send_bytes(send, 200, body, CONTENT_TYPE)
+
+    async def _reset_prefix_cache(self, scope: Scope, receive: Receive, send: Send) -> None:
+        assert self.engine is not None
+        self.engine.scheduler.pool.clear_cache()
+        await send_bytes(send, 200, b"")
+
     # --- model endpoints -------------------------------------------------------------------
 
     async def _chat_completions(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -126,7 +143,15 @@ class SimApp:
         completion = Completion(
             f"{wire.id_prefix}{self._id_prefix}{record['seq']:x}", int(time.time()), plan.model
         )
-        g = Generation(plan, wire, completion, steering, record, self.timing)
+        g = Generation(plan, wire, completion, steering, record, self.timing, self.engine)
+        if g.on_engine:
+            assert self.engine is not None
+            g.tokens = _prompt_tokens(body, wire is self._chat)
+            try:
+                self.engine.check(len(g.tokens), plan.max_tokens)
+            except RequestTooLarge as e:
+                await _reject(send, record, 400, str(e), "input_tokens")
+                return
         run = stream_completion if plan.stream else answer_completion
         if not plan.stream and self.settings.no_delay and steering.fail_after is None:
             # Nothing awaits here but the send: no need to watch for the client leaving.
@@ -208,6 +233,13 @@ class SimApp:
         n = self._served
         self._served += 1
         return int((n + 1) * rate) > int(n * rate)
+
+
+def _prompt_tokens(body: dict[str, Any], chat: bool) -> list[str]:
+    """The prompt as the simulator's tokens (the body was validated by the plan)."""
+    if chat:
+        return text.chat_tokens(body["messages"])
+    return text.completion_tokens(body.get("prompt"))
 
 
 async def _steer_without_answer(

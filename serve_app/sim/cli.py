@@ -17,6 +17,7 @@ import uvloop
 
 from serve_app.sim.app import create_sim_app
 from serve_app.sim.asgi import SimulatedAbort
+from serve_app.sim.capacity import CapacitySettings
 from serve_app.sim.settings import DEFAULT_MODEL, SimSettings
 
 logger = logging.getLogger("serve_app.sim")
@@ -73,7 +74,54 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--fail-status", type=int, default=d.fail_status)
     p.add_argument("--log-level", default="warning")
+    _add_capacity_arguments(p)
     return p
+
+
+def _add_capacity_arguments(p: argparse.ArgumentParser) -> None:
+    c = CapacitySettings()
+    g = p.add_argument_group(
+        "capacity model (off by default): one simulated engine with vLLM's running batch, "
+        "waiting queue (FCFS), block prefix cache and /metrics; an engine step costs "
+        "step + prefill tokens * prefill-per-token + decode seqs * decode-per-seq"
+    )
+    g.add_argument("--capacity", action="store_true", help="turn the capacity model on")
+    g.add_argument("--max-num-seqs", type=int, default=c.max_num_seqs)
+    g.add_argument("--max-num-batched-tokens", type=int, default=c.max_num_batched_tokens)
+    g.add_argument("--block-size", type=int, default=c.block_size)
+    g.add_argument(
+        "--num-gpu-blocks-override", type=int, default=c.num_gpu_blocks, help="KV blocks"
+    )
+    g.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=c.enable_prefix_caching,
+    )
+    g.add_argument("--step-ms", type=float, default=c.step_ms)
+    g.add_argument("--prefill-per-token-ms", type=float, default=c.prefill_per_token_ms)
+    g.add_argument("--decode-per-seq-ms", type=float, default=c.decode_per_seq_ms)
+    g.add_argument(
+        "--kv-transfer-per-token-ms",
+        type=float,
+        default=c.kv_transfer_per_token_ms,
+        help="a PD pool: the first token waits this much per prompt token after prefill",
+    )
+
+
+def capacity_from_args(args: argparse.Namespace) -> CapacitySettings | None:
+    if not args.capacity:
+        return None
+    return CapacitySettings(
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        block_size=args.block_size,
+        num_gpu_blocks=args.num_gpu_blocks_override,
+        enable_prefix_caching=args.enable_prefix_caching,
+        step_ms=args.step_ms,
+        prefill_per_token_ms=args.prefill_per_token_ms,
+        decode_per_seq_ms=args.decode_per_seq_ms,
+        kv_transfer_per_token_ms=args.kv_transfer_per_token_ms,
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> SimSettings:
@@ -89,6 +137,7 @@ def settings_from_args(args: argparse.Namespace) -> SimSettings:
         max_records=args.max_records,
         fail_rate=args.fail_rate,
         fail_status=args.fail_status,
+        capacity=capacity_from_args(args),
     )
 
 
@@ -139,7 +188,11 @@ async def serve(settings: SimSettings, host: str, port: int, log_level: str) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    settings = settings_from_args(args)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = settings_from_args(args)
+    except ValueError as e:
+        parser.error(str(e))
     uvloop.run(serve(settings, args.host, args.port, args.log_level))
     sys.stdout.flush()

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from serve_app.sim import text
 from serve_app.sim.asgi import Receive, Send, abort_connection, send_bytes, start_stream
+from serve_app.sim.engine import SimEngine
 from serve_app.sim.plan import CompletionPlan
 from serve_app.sim.records import RequestRecord
 from serve_app.sim.settings import SimSettings
@@ -63,6 +64,18 @@ class Generation:
     steering: Steering
     record: RequestRecord
     timing: TimingModel
+    engine: SimEngine | None = None
+    """The capacity model's engine; None paces this request on its own (``TimingModel``)."""
+    tokens: Sequence[str] = ()
+    """The prompt as the simulator's tokens (for the engine's prefix cache)."""
+    cached_tokens: int | None = None
+    """Set by the engine: prompt tokens found in its prefix cache."""
+
+    @property
+    def on_engine(self) -> bool:
+        # Per-request timing headers keep their meaning: such a request bypasses the engine.
+        s = self.steering
+        return self.engine is not None and s.ttft_ms is None and s.itl_ms is None
 
 
 Emit = Callable[[int], Awaitable[None]]
@@ -70,6 +83,8 @@ Emit = Callable[[int], Awaitable[None]]
 
 async def _decode(g: Generation, emit: Emit | None) -> bool:
     """Produce the tokens one by one; False when ``x-sim-fail-after`` says to abort."""
+    if g.on_engine:
+        return await _decode_on_engine(g, emit)
     await pause(g.timing.ttft_s(g.plan.prompt_tokens, g.steering))
     g.timing.active_decodes += 1
     try:
@@ -84,6 +99,21 @@ async def _decode(g: Generation, emit: Emit | None) -> bool:
                 g.record["first_token_at"] = time.time()
     finally:
         g.timing.active_decodes -= 1
+    return True
+
+
+async def _decode_on_engine(g: Generation, emit: Emit | None) -> bool:
+    """The tokens as the shared engine produces them (queued, batched, prefix-cached)."""
+    assert g.engine is not None
+    async with g.engine.request(g.tokens, g.plan.max_tokens) as run:
+        async for k in run.tokens():
+            if g.steering.fail_after == k:
+                return False
+            if emit is not None:
+                await emit(k)
+            if k == 0:
+                g.record["first_token_at"] = time.time()
+        g.cached_tokens = run.seq.cached_tokens
     return True
 
 
@@ -118,7 +148,8 @@ async def stream_completion(g: Generation, send: Send, receive: Receive) -> None
         return
     tail = SSE_DONE
     if plan.include_usage:
-        tail = wire.usage_chunk(c, plan.prompt_tokens, plan.max_tokens) + SSE_DONE
+        tail = wire.usage_chunk(c, plan.prompt_tokens, plan.max_tokens, g.cached_tokens)
+        tail += SSE_DONE
     await send({"type": "http.response.body", "body": tail, "more_body": False})
     g.record["completed_at"] = time.time()
 
@@ -131,7 +162,7 @@ async def answer_completion(g: Generation, send: Send, receive: Receive) -> None
     plan = g.plan
     if plan.tool_call is not None and isinstance(g.wire, ChatWireFormat):
         body = g.wire.tool_response(
-            g.completion, plan.tool_call, plan.prompt_tokens, plan.max_tokens
+            g.completion, plan.tool_call, plan.prompt_tokens, plan.max_tokens, g.cached_tokens
         )
         g.record["status"] = 200
         await send_bytes(send, 200, body)
@@ -143,6 +174,7 @@ async def answer_completion(g: Generation, send: Send, receive: Receive) -> None
         "length",
         plan.prompt_tokens,
         plan.max_tokens,
+        g.cached_tokens,
     )
     g.record["status"] = 200
     await send_bytes(send, 200, body)

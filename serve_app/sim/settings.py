@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from serve_app.sim.capacity import CapacitySettings
+
 DEFAULT_MODEL = "sim-model"
 
 
@@ -35,6 +37,9 @@ class SimSettings:
     """This fraction of model requests is answered with ``fail_status`` (health checks pass), on
     an even deterministic schedule: request n fails when floor((n+1)*rate) > floor(n*rate)."""
     fail_status: int = 500
+    capacity: CapacitySettings | None = None
+    """A simulated engine with a bounded batch, a waiting queue and a prefix cache
+    (``capacity.py``); None paces every request on its own (the timing model above)."""
 
     def __post_init__(self) -> None:
         if not self.models:

@@ -50,6 +50,30 @@ def chat_prompt(messages: Iterable[dict[str, Any]]) -> tuple[str, int]:
     return "\n".join(texts), tokens
 
 
+def chat_tokens(messages: Iterable[dict[str, Any]]) -> list[str]:
+    """The chat prompt as the simulator's tokens, as many as :func:`chat_prompt` counts.
+
+    Each message is ``<|start|> role \\n words... <|end|>`` (its four overhead tokens), then the
+    reply opener ``<|start|> assistant``: a template like a real one, so two conversations share
+    cached blocks exactly as far as their messages are the same.
+    """
+    tokens: list[str] = []
+    for m in messages:
+        role = m.get("role")
+        tokens += ("<|start|>", role[:32] if isinstance(role, str) else "?", "\n")
+        tokens += message_text(m.get("content")).split()
+        tokens.append("<|end|>")
+    tokens += ("<|start|>", "assistant")
+    return tokens
+
+
+def completion_tokens(prompt: Any) -> list[str]:
+    """A completion prompt as the simulator's tokens (words, or the token ids given)."""
+    if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+        return [str(t) for t in prompt]
+    return completion_prompt(prompt)[0].split()
+
+
 def completion_prompt(prompt: Any) -> tuple[str, int]:
     """The prompt text and its estimated token count for a text completion ``prompt``.
 

@@ -44,13 +44,22 @@ def sse(payload: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    """The ``usage`` object of a response or of the final stream chunk."""
-    return {
+def usage(
+    prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None
+) -> dict[str, Any]:
+    """The ``usage`` object of a response or of the final stream chunk.
+
+    ``cached_tokens`` (the capacity model's prefix-cache hit) adds
+    ``prompt_tokens_details.cached_tokens``, as vLLM does with ``--enable-prompt-tokens-details``.
+    """
+    out: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
     }
+    if cached_tokens is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +102,16 @@ class WireFormat:
         chunk["choices"] = [self.delta_choice(text, finish_reason)]
         return sse(chunk)
 
-    def usage_chunk(self, c: Completion, prompt_tokens: int, completion_tokens: int) -> bytes:
+    def usage_chunk(
+        self,
+        c: Completion,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_tokens: int | None = None,
+    ) -> bytes:
         chunk = self._head(c, self.chunk_object_name)
         chunk["choices"] = []
-        chunk["usage"] = usage(prompt_tokens, completion_tokens)
+        chunk["usage"] = usage(prompt_tokens, completion_tokens, cached_tokens)
         return sse(chunk)
 
     def response(
@@ -106,10 +121,11 @@ class WireFormat:
         finish_reason: str,
         prompt_tokens: int,
         completion_tokens: int,
+        cached_tokens: int | None = None,
     ) -> bytes:
         body = self._head(c, self.object_name)
         body["choices"] = [self.choice(text, finish_reason)]
-        body["usage"] = usage(prompt_tokens, completion_tokens)
+        body["usage"] = usage(prompt_tokens, completion_tokens, cached_tokens)
         return orjson.dumps(body)
 
 
@@ -157,7 +173,12 @@ class ChatWireFormat(WireFormat):
         return sse(chunk)
 
     def tool_response(
-        self, c: Completion, call: ToolCall, prompt_tokens: int, completion_tokens: int
+        self,
+        c: Completion,
+        call: ToolCall,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_tokens: int | None = None,
     ) -> bytes:
         """A whole answer that calls a function, as vLLM answers it."""
         body = self._head(c, self.object_name)
@@ -170,7 +191,7 @@ class ChatWireFormat(WireFormat):
         body["choices"] = [
             {"index": 0, "message": message, "logprobs": None, "finish_reason": "tool_calls"}
         ]
-        body["usage"] = usage(prompt_tokens, completion_tokens)
+        body["usage"] = usage(prompt_tokens, completion_tokens, cached_tokens)
         return orjson.dumps(body)
 
     def role_chunk(self, c: Completion) -> bytes:
