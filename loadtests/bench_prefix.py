@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.routing.prefix import PrefixIndex, prompt_blocks
-from gateway.tokens.counting import TokenizerConfig, build_token_counter
+from gateway.tokens import TokenizerConfig, build_token_counter
 from gateway.wire.request import Operation
 
 WORDS = ("river", "bridge", "town", "market", "harbour", "lantern", "orchard", "meadow")

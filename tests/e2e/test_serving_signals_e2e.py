@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from gateway.routing.gauges import parse_engine_metrics
-from gateway.tokens.counting import TokenizerConfig, build_token_counter
+from gateway.tokens import TokenizerConfig, build_token_counter
 from gateway.wire.request import Operation
 from serve_app.local import LocalState
 from tests.e2e.conftest import gateway_config
