@@ -31,6 +31,12 @@ class ResponsesApi:
     def __init__(self, service: StoredResponses) -> None:
         self.service = service
 
+    async def resource(self, request: Request) -> Response:
+        """``GET`` or ``DELETE`` of one stored response (the route admits only these two)."""
+        if request.method == "DELETE":
+            return await self.delete(request)
+        return await self.retrieve(request)
+
     async def retrieve(self, request: Request) -> Response:
         if request.query_params.get("stream") in ("true", "True", "1"):
             raise InvalidParameter(
@@ -86,8 +92,8 @@ def responses_routes(service: StoredResponses, *, admin: bool) -> list[BaseRoute
     purge only where admin keys guard ``/admin/``. Before the ``/admin`` mount."""
     api = ResponsesApi(service)
     routes: list[BaseRoute] = [
-        Route("/v1/responses/{response_id}", api.retrieve, methods=["GET"]),
-        Route("/v1/responses/{response_id}", api.delete, methods=["DELETE"]),
+        # One route for both methods, so a 405 (OPTIONS, PUT...) lists both in its Allow header.
+        Route("/v1/responses/{response_id}", api.resource, methods=["GET", "DELETE"]),
         Route("/v1/responses/{response_id}/input_items", api.input_items, methods=["GET"]),
     ]
     if admin:
