@@ -105,7 +105,13 @@ def test_slow_uploads_neither_starve_requests_nor_outnumber_their_caps(
             sock.close()
     refused = 'gateway_overload_refusals_total{reason="client_uploads"}'
     assert metric(gateway, refused) == 1.0
-    logged = [e for e in gateway.access_log() if e.get("error_code") == "too_many_uploads"]
+
+    def refusals_logged() -> list[dict[str, Any]]:
+        return [e for e in gateway.access_log() if e.get("error_code") == "too_many_uploads"]
+
+    # The access log is written in batches (every 50 ms): wait for the refusal's line.
+    wait_for(refusals_logged, "the refusal has no access-log line")
+    logged = refusals_logged()
     assert [(e["status"], e["path"]) for e in logged] == [(429, "/v1/chat/completions")]
 
 
