@@ -1,11 +1,13 @@
-"""Start a real PostgreSQL server for tests, on a free loopback port, and stop it by its pid.
+"""Start a real PostgreSQL server for tests, on a unix socket, and stop it by its pid.
 
     with start_postgres() as pg:
-        url = pg.create_database("keys")   # postgresql://postgres@127.0.0.1:PORT/keys
+        url = pg.create_database("keys")   # postgresql://postgres@/keys?host=/tmp/pgserver-...
         ...
 
 The server runs as the ``postgres`` user (initdb and postgres refuse to run as root) from a
-temporary folder that it owns, with fsync off: test data is thrown away. Debian's ``postgresql``
+temporary folder that it owns, with fsync off: test data is thrown away. It listens only on a
+socket in that folder (no TCP), so it needs no port: nothing to probe, nothing another process can
+take between the probe and the bind. Debian's ``postgresql``
 package provides the binaries (found under /usr/lib/postgresql/<version>/bin; ``POSTGRES_BIN``
 overrides).
 """
@@ -21,8 +23,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-from tests.gatewayproc import free_port
 
 DEBIAN_ROOT = "/usr/lib/postgresql"
 SUPERUSER = "postgres"
@@ -48,22 +48,22 @@ def _require_binaries() -> None:
 
 
 class PostgresServer:
-    """A running server: its port, URLs for its databases, and how to stop it."""
+    """A running server: its socket folder, URLs for its databases, and how to stop it."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], port: int, root: Path) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], root: Path) -> None:
         self.proc = proc
         self.pid = proc.pid
-        self.port = port
         self.root = root
+        """The temp folder: the data, the log, and the socket (``.s.PGSQL.5432``)."""
         self.log_path = root / "postgres.log"
 
     def url(self, database: str = "postgres") -> str:
-        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
+        return f"postgresql://{SUPERUSER}@/{database}?host={self.root}"
 
     def psql(self, sql: str, database: str = "postgres") -> str:
         result = subprocess.run(
-            [str(postgres_bin() / "psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U",
-             SUPERUSER, "-d", database, "-v", "ON_ERROR_STOP=1", "-Atc", sql],
+            [str(postgres_bin() / "psql"), "-h", str(self.root), "-U", SUPERUSER, "-d", database,
+             "-v", "ON_ERROR_STOP=1", "-Atc", sql],
             capture_output=True, text=True, check=True, timeout=30,
         )  # fmt: skip
         return result.stdout
@@ -106,7 +106,7 @@ def _init_cluster(root: Path) -> Path:
 
 def _wait_ready(server: PostgresServer, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    isready = [str(postgres_bin() / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(server.port)]
+    isready = [str(postgres_bin() / "pg_isready"), "-q", "-h", str(server.root)]
     while time.monotonic() < deadline:
         if server.proc.poll() is not None:
             raise RuntimeError(f"postgres exited early:\n{server.log_path.read_text()}")
@@ -123,19 +123,18 @@ def spawn_postgres(timeout: float = 60.0) -> PostgresServer:
     shutil.chown(root, SUPERUSER, SUPERUSER)
     try:
         data = _init_cluster(root)
-        port = free_port()
         with (root / "postgres.log").open("wb") as log:
             shutil.chown(root / "postgres.log", SUPERUSER, SUPERUSER)
             proc = _as_postgres(
-                [str(postgres_bin() / "postgres"), "-D", str(data), "-p", str(port),
-                 "-k", str(root), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
+                [str(postgres_bin() / "postgres"), "-D", str(data), "-k", str(root),
+                 "-c", "listen_addresses=", "-c", "fsync=off",
                  "-c", "synchronous_commit=off", "-c", "full_page_writes=off"],
                 stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
-    server = PostgresServer(proc, port, root)
+    server = PostgresServer(proc, root)
     try:
         _wait_ready(server, timeout)
     except BaseException:

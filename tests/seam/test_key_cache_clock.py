@@ -100,3 +100,15 @@ async def test_a_key_rotated_through_one_works_on_the_other_after_the_reread_all
         rotated = await admin.post(f"/keys/{issued['id']}/rotate")
         assert await status(second, rotated["key"]) == 200
         assert await status(first, rotated["key"]) == 200
+
+
+async def test_a_key_expires_on_the_clock_even_inside_the_cache_bound(tmp_path: Path) -> None:
+    async with two_replicas(tmp_path) as (first, second, admin, clock):
+        await admin.post("/tenants", {"id": "brief"})
+        issued = await admin.post("/tenants/brief/keys", {"name": "k", "expires_in_seconds": 2})
+        key = issued["key"]
+        assert await status(first, key) == 200 and await status(second, key) == 200  # cached
+        clock.advance(1.9)
+        assert await status(first, key) == 200 and await status(second, key) == 200
+        clock.advance(0.2)  # past the expiry, well inside the cache's bound of BOUND seconds
+        assert await status(first, key) == 401 and await status(second, key) == 401

@@ -8,17 +8,17 @@ from pathlib import Path
 
 import httpx
 
-from tests.gatewayproc import GatewayProcess, free_port, start_gateway
+from tests.gatewayproc import GatewayProcess, start_gateway
 from tests.integration.limits.limitsetup import MODEL, limited_config, no_delay_sim
-from tests.redisserver import spawn_redis
+from tests.redisserver import socket_url, spawn_redis
 
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
 
 
-def limits(port: int, policy: str) -> dict[str, object]:
+def limits(redis_url: str, policy: str) -> dict[str, object]:
     return {
         "backend": "redis",
-        "redis_url": f"redis://127.0.0.1:{port}/0",
+        "redis_url": redis_url,
         "redis_timeout": 0.2,
         "on_backend_error": policy,
         "defaults": {"requests_per_minute": 1000},
@@ -36,11 +36,12 @@ def backend_up(gateway: GatewayProcess) -> str:
 
 
 def test_fail_open_admits_reports_and_recovers(tmp_path: Path) -> None:
-    port = free_port()  # nothing listens there yet
+    folder = tmp_path / "redis"  # nothing listens there yet
+    folder.mkdir()
     with (
         no_delay_sim() as sim,
         start_gateway(
-            limited_config(sim.url, tmp_path, limits=limits(port, "open")), tmp_path
+            limited_config(sim.url, tmp_path, limits=limits(socket_url(folder), "open")), tmp_path
         ) as gateway,
     ):
         answer = chat(gateway)
@@ -51,7 +52,7 @@ def test_fail_open_admits_reports_and_recovers(tmp_path: Path) -> None:
         assert ready.json()["rate_limiter"]["reachable"] is False
         assert backend_up(gateway) == "0.0"
         assert "rate limiter store unreachable, failing open" in gateway.logs()
-        redis = spawn_redis(port=port)
+        redis = spawn_redis(folder=folder)
         try:
             deadline = time.monotonic() + 10
             while "x-ratelimit-limit-requests" not in chat(gateway).headers:
@@ -67,7 +68,8 @@ def test_fail_closed_refuses_with_503_and_is_not_ready(tmp_path: Path) -> None:
     with (
         no_delay_sim() as sim,
         start_gateway(
-            limited_config(sim.url, tmp_path, limits=limits(free_port(), "closed")), tmp_path
+            limited_config(sim.url, tmp_path, limits=limits(socket_url(tmp_path), "closed")),
+            tmp_path,
         ) as gateway,
     ):
         answer = chat(gateway)

@@ -97,6 +97,7 @@ def test_sigterm_lets_in_flight_streams_finish(tmp_path: Path) -> None:
         start_gateway(gateway_config(sim.url), tmp_path) as gateway,
     ):
         lines: list[str] = []
+        streaming = threading.Event()
 
         def stream() -> None:
             with httpx.stream(
@@ -105,12 +106,14 @@ def test_sigterm_lets_in_flight_streams_finish(tmp_path: Path) -> None:
                 json={**CHAT, "max_tokens": 10, "stream": True},
                 timeout=10,
             ) as response:
-                lines.extend(line for line in response.iter_lines() if line)
+                for line in response.iter_lines():
+                    if line:
+                        lines.append(line)
+                        streaming.set()
 
         reader = threading.Thread(target=stream)
         reader.start()
-        sim.wait_for_requests(1)
-        time.sleep(0.2)
+        assert streaming.wait(30), "the stream never started"  # in flight: its first event came
         gateway.proc.send_signal(signal.SIGTERM)
         refused = False
         deadline = time.monotonic() + 10  # until the listener is closed: polled, not slept

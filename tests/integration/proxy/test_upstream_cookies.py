@@ -13,7 +13,7 @@ import httpx
 import pytest
 import uvicorn
 
-from tests.gatewayproc import free_port, start_gateway
+from tests.gatewayproc import start_gateway
 
 
 class CookieSettingUpstream:
@@ -48,14 +48,16 @@ class CookieSettingUpstream:
 @pytest.fixture
 def upstream() -> Iterator[tuple[str, CookieSettingUpstream]]:
     app = CookieSettingUpstream()
-    port = free_port()
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+        uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
     )
     thread = threading.Thread(target=server.run)
     thread.start()
+    deadline = time.monotonic() + 30
     while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the upstream never started"
         time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]  # port 0: the one it bound
     try:
         # A host name, not an IP: aiohttp's default jar ignores cookies from IP addresses.
         yield f"http://localhost:{port}", app

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +32,7 @@ pytestmark = pytest.mark.skipif(not redis_available(), reason="needs redis-serve
 TIMING = ["--ttft-base-ms", "20", "--ttft-per-token-ms", "0", "--itl-ms", "2"]
 USERS = 200  # 20% of them stick to the canary
 CLIENTS = 6
+AFTER = 100  # requests served after the rollback, all of which must avoid the canary
 
 
 @dataclass(frozen=True)
@@ -96,13 +97,14 @@ def call(client: openai.OpenAI, user: str) -> Call:
     )
 
 
-def drive(gateways: list[GatewayProcess], stop: threading.Event) -> list[Call]:
+def drive(gateways: list[GatewayProcess], stop: threading.Event, calls: list[Call]) -> None:
     """CLIENTS threads, each its own SDK clients (one per replica), round robin over replicas
-    and users until ``stop``; any exception fails the test."""
+    and users until ``stop``, appending each call to ``calls`` as it ends (the test watches it
+    grow); any exception fails the test."""
 
-    def client_loop(k: int) -> list[Call]:
+    def client_loop(k: int) -> None:
         clients = [openai.OpenAI(base_url=g.base_url, api_key="x", max_retries=0) for g in gateways]
-        calls, i = [], k
+        i = k
         try:
             while not stop.is_set():
                 calls.append(call(clients[i % len(clients)], f"user-{i % USERS}"))
@@ -110,11 +112,15 @@ def drive(gateways: list[GatewayProcess], stop: threading.Event) -> list[Call]:
         finally:
             for c in clients:
                 c.close()
-        return calls
 
     with ThreadPoolExecutor(CLIENTS) as pool:
-        futures = [pool.submit(client_loop, k) for k in range(CLIENTS)]
-        return [c for f in futures for c in f.result()]
+        for future in [pool.submit(client_loop, k) for k in range(CLIENTS)]:
+            future.result()
+
+
+def after(calls: list[Call], applied: float) -> list[Call]:
+    """The calls that started once every replica had applied the rollback."""
+    return [x for x in list(calls) if x.started > applied + 0.1]
 
 
 def test_three_replicas_fail_over_and_roll_back_once(
@@ -132,17 +138,30 @@ def test_three_replicas_fail_over_and_roll_back_once(
         gateways = [a, b, c]
         stop = threading.Event()
         calls: list[Call] = []
-        runner = threading.Thread(target=lambda: calls.extend(drive(gateways, stop)))
+        errors: list[BaseException] = []
+        runner = threading.Thread(target=_reporting(errors, lambda: drive(gateways, stop, calls)))
         runner.start()
         try:
             deadline = time.monotonic() + 60
             while not all(canary_state(g)["rolled_back"] for g in gateways):
                 assert time.monotonic() < deadline, "never rolled back everywhere"
+                assert not errors, errors
                 time.sleep(0.05)
-            time.sleep(2.0)  # keep serving after the rollback: nothing may reach the canary
+            # Keep serving after the rollback, a counted number of requests (not a time): a
+            # fifth of the users were the canary's, so among AFTER of them some are, and none
+            # of them may reach it.
+            applied = max(s["rollback"]["applied_at"] for s in map(canary_state, gateways))
+            deadline = time.monotonic() + 60
+            while len(later := after(calls, applied)) < AFTER or not any(
+                x.reason == "canary_rolled_back" for x in later
+            ):
+                assert time.monotonic() < deadline, f"{len(later)} requests after the rollback"
+                assert not errors, errors
+                time.sleep(0.05)
         finally:
             stop.set()
             runner.join(60)
+        assert not errors, errors  # a client saw an error
         states = [canary_state(g) for g in gateways]
         figures = _figures(calls, states)
         print("\nissue 18 figures:", figures)
@@ -152,12 +171,25 @@ def test_three_replicas_fail_over_and_roll_back_once(
         assert _rollbacks_counted(gateways) == 1.0
         assert figures["failed_over"] > 0
         # After every replica applied it, nothing more went to the canary.
-        applied = max(s["rollback"]["applied_at"] for s in states)
-        assert all(x.variant == "stable" for x in calls if x.started > applied + 0.1)
-        late = [x.reason for x in calls if x.started > applied + 0.1]
-        assert "canary_rolled_back" in late
+        later = after(calls, applied)
+        assert len(later) >= AFTER
+        assert all(x.variant == "stable" for x in later)
+        assert "canary_rolled_back" in [x.reason for x in later]
         figures["canary_upstream_requests"] = len(canary.requests())
         print("issue 18 canary upstream saw:", figures["canary_upstream_requests"])
+
+
+def _reporting(errors: list[BaseException], run: Callable[[], None]) -> Callable[[], None]:
+    """``run`` for a thread, its exception kept in ``errors`` for the test to raise."""
+
+    def target() -> None:
+        try:
+            run()
+        except BaseException as error:
+            errors.append(error)
+            raise
+
+    return target
 
 
 def _figures(calls: list[Call], states: list[dict[str, Any]]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ receiver: nothing may be exported, and no traceparent is invented for the upstre
 
 from __future__ import annotations
 
-import time
+import signal
 from collections.abc import Iterator
 
 import httpx
@@ -28,7 +28,7 @@ def quiet_receiver() -> Iterator[Receiver]:
         yield running
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def untraced_gateway(
     sim: SimProcess, quiet_receiver: Receiver, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
@@ -106,5 +106,8 @@ def test_metrics_parse_and_the_phase_histograms_move(
     records = [r for r in sim.requests() if str(r["client_request_id"]).startswith("metered-")]
     assert len(records) == 4
     assert not any("traceparent" in r["headers"] for r in records)
-    time.sleep(0.3)  # several export intervals, had anything been queued
+    # Stopping flushes whatever the exporter had queued (the tracer's shutdown), so only once the
+    # gateway has exited does an empty receiver mean that nothing was exported.
+    assert untraced_gateway.stop() == -signal.SIGTERM  # uvicorn re-raises it once shut down
+    assert "Application shutdown complete" in untraced_gateway.logs()
     assert quiet_receiver.spans() == []

@@ -1,7 +1,10 @@
 """The admission stage: limit values resolved key -> tenant -> config, OpenAI's header and
-refusal wording, and the failure policy when the store cannot be reached (a real closed port)."""
+refusal wording, and the failure policy when the store cannot be reached (a real socket that
+nothing listens on)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +16,7 @@ from gateway.limits.headers import duration
 from gateway.limits.memory import MemoryLimiter
 from gateway.limits.metrics import LimitMetrics
 from gateway.metrics import GatewayMetrics
-from tests.gatewayproc import free_port
+from tests.redisserver import socket_url
 
 
 def principal(key: Limits, tenant: Limits) -> Principal:
@@ -84,8 +87,8 @@ async def test_refusals_name_the_limit_and_carry_the_headers() -> None:
         await small.admit("r3", small.subjects(None), 11)
 
 
-async def test_unreachable_store_fails_open_or_closed() -> None:
-    dead = f"redis://127.0.0.1:{free_port()}/0"
+async def test_unreachable_store_fails_open_or_closed(tmp_path: Path) -> None:
+    dead = socket_url(tmp_path)  # a socket no server listens on
     for policy in ("open", "closed"):
         stage = limiter(
             backend="redis", redis_url=dead, redis_timeout=0.2, on_backend_error=policy,
