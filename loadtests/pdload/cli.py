@@ -15,7 +15,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
@@ -292,26 +292,56 @@ async def _run(args: argparse.Namespace, plan: Plan) -> list[StepResult]:
                 )
             if plan.tenants:
                 results += await _run_tenants(session, args, plan, target, t_index, tokenizer)
-                continue
-            for step in plan.steps:
-                count = min(step.expected_requests(), MAX_ITEMS)
-                salt = t_index * MAX_STEPS + step.index
-                items = build_items(plan.spec, tokenizer, count, args.seed, salt)
-                total = step.requests
-                progress = Progress(f"{target.name} @ {step.load:g}", total, not args.no_progress)
-                try:
-                    result = await run_step(
-                        session,
-                        req,
-                        items,
-                        step,
-                        seed=args.seed + step.index,
-                        max_inflight=args.max_inflight,
-                        on_done=progress,
-                    )
-                finally:
-                    progress.close()
-                results.append(result)
+            else:
+                results += await _run_target(session, args, plan, req, t_index, tokenizer)
+    return results
+
+
+async def _run_target(
+    session: aiohttp.ClientSession,
+    args: argparse.Namespace,
+    plan: Plan,
+    req: Request,
+    t_index: int,
+    tokenizer: Tokenizer,
+) -> list[StepResult]:
+    """Each step against one target, with its own key (or none)."""
+
+    async def one_step(step: Step, progress: Progress) -> StepResult:
+        count = min(step.expected_requests(), MAX_ITEMS)
+        salt = t_index * MAX_STEPS + step.index
+        items = build_items(plan.spec, tokenizer, count, args.seed, salt)
+        return await run_step(
+            session,
+            req,
+            items,
+            step,
+            seed=args.seed + step.index,
+            max_inflight=args.max_inflight,
+            on_done=progress,
+        )
+
+    return await _each_step(args, plan, req.target, one_step, counted=True)
+
+
+async def _each_step(
+    args: argparse.Namespace,
+    plan: Plan,
+    target: client.Target,
+    run: Callable[[Step, Progress], Awaitable[StepResult]],
+    *,
+    counted: bool,
+) -> list[StepResult]:
+    """Every step of the plan against ``target``, in order, each with its progress line (of
+    ``step.requests`` when ``counted``), closed however the step ends."""
+    results = []
+    for step in plan.steps:
+        total = step.requests if counted else None
+        progress = Progress(f"{target.name} @ {step.load:g}", total, not args.no_progress)
+        try:
+            results.append(await run(step, progress))
+        finally:
+            progress.close()
     return results
 
 
@@ -331,8 +361,8 @@ async def _run_tenants(
     for tenant, tenant_target in keyed:
         for warning in await client.preflight(session, tenant_target):
             print(f"pd-loadtest: warning: tenant {tenant.name}: {warning}", file=sys.stderr)
-    results = []
-    for step in plan.steps:
+
+    async def one_step(step: Step, progress: Progress) -> StepResult:
         loads = []
         for n, (tenant, tenant_target) in enumerate(keyed):
             count = min(Step(0, step.mode, step.load * tenant.load, step.requests,
@@ -341,20 +371,17 @@ async def _run_tenants(
             items = build_items(plan.spec, tokenizer, count, args.seed, salt)
             req = Request(tenant_target, args.api, plan.extra, tenant.name)
             loads.append(TenantLoad(req, items, tenant.load))
-        progress = Progress(f"{target.name} @ {step.load:g}", None, not args.no_progress)
-        try:
-            result = await run_tenants_step(
-                session,
-                loads,
-                step,
-                seed=args.seed + step.index,
-                max_inflight=args.max_inflight,
-                on_done=progress,
-            )
-        finally:
-            progress.close()
-        results.append(result)
-    return results
+        return await run_tenants_step(
+            session,
+            loads,
+            step,
+            seed=args.seed + step.index,
+            max_inflight=args.max_inflight,
+            on_done=progress,
+        )
+
+    # No total on the progress line: the tenants' loads add up to more than the step's count.
+    return await _each_step(args, plan, target, one_step, counted=False)
 
 
 def _describe_workload(spec: WorkloadSpec, tokenizer: str) -> str:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 
 from tests.gatewayproc import GatewayProcess, start_gateway
@@ -13,6 +16,16 @@ from tests.simproc import SimProcess, start_sim
 
 STEERING = ["x-sim-ttft-ms", "x-sim-itl-ms", "x-sim-status", "x-sim-fail-after", "x-sim-hang"]
 MODEL = "sim-model"
+WEATHER = {  # a Responses function tool, as the SDK's users declare one
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
 
 
 def gateway_config(*sim_urls: str, **pool: Any) -> dict[str, Any]:
@@ -31,15 +44,45 @@ def sim() -> Iterator[SimProcess]:
 
 
 @pytest.fixture(scope="module")
-def gateway(sim: SimProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The module's gateway's folder: its config, its log and its store (``gateway.db``)."""
+    return tmp_path_factory.mktemp("gw")
+
+
+@pytest.fixture(scope="module")
+def gateway(sim: SimProcess, folder: Path) -> Iterator[GatewayProcess]:
     config = gateway_config(
         sim.url,
         timeouts={"connect": 2, "first_byte": 1.0, "idle": 0.5, "total": 5},
         health={"interval": 0.5, "timeout": 0.5},
     )
     config["server"] = {"max_body_bytes": 65536, "max_tokens_limit": 100000}
-    with start_gateway(config, tmp_path_factory.mktemp("gw")) as process:
+    config["accounting"] = {"ledger_interval": 0.05}  # a request's row is soon there to read
+    with start_gateway(config, folder) as process:
         yield process
+
+
+@pytest.fixture
+def client(gateway: GatewayProcess) -> Iterator[openai.OpenAI]:
+    """The openai SDK on the module's gateway, retries off: every error reaches the test."""
+    with openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0) as c:
+        yield c
+
+
+def ledger_row(folder: Path, request_id: str) -> dict[str, Any]:
+    """The ledger row of one request (the gateway's id, from its response header), read with
+    sqlite3 from the store in ``folder``; polled, as the gateway writes its rows every 50 ms."""
+    deadline = time.monotonic() + 30
+    with sqlite3.connect(folder / "gateway.db") as db:
+        db.row_factory = sqlite3.Row
+        while (
+            row := db.execute(
+                "SELECT * FROM usage_ledger WHERE request_id = ?", (request_id,)
+            ).fetchone()
+        ) is None:
+            assert time.monotonic() < deadline, f"no ledger row for {request_id}"
+            time.sleep(0.05)
+    return dict(row)
 
 
 @pytest.fixture

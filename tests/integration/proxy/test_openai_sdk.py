@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import openai
@@ -13,12 +13,6 @@ from tests.integration.proxy.conftest import MODEL, gateway_config
 from tests.simproc import SimProcess, start_sim
 
 MESSAGES = [{"role": "user", "content": "Tell me about disaggregated serving"}]
-
-
-@pytest.fixture
-def client(gateway: GatewayProcess) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0) as c:
-        yield c
 
 
 @pytest.fixture

@@ -6,9 +6,6 @@ usage and to the ledger's row."""
 from __future__ import annotations
 
 import json
-import sqlite3
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,55 +14,11 @@ import pytest
 from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from tests.gatewayproc import GatewayProcess, start_gateway
-from tests.integration.proxy.conftest import MODEL, gateway_config
+from tests.integration.proxy.conftest import MODEL, WEATHER, ledger_row
 from tests.simproc import SimProcess
 
 PROMPT = "Tell me about disaggregated serving"
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "The weather in a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-}
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("gw")
-
-
-@pytest.fixture(scope="module")
-def gateway(sim: SimProcess, folder: Path) -> Iterator[GatewayProcess]:
-    config = gateway_config(sim.url)
-    config["accounting"] = {"ledger_interval": 0.05}
-    with start_gateway(config, folder) as process:
-        yield process
-
-
-@pytest.fixture
-def client(gateway: GatewayProcess) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0) as c:
-        yield c
-
-
-def ledger_row(folder: Path, request_id: str) -> dict[str, Any]:
-    """The row of one request (the gateway's id, from its response header), read with sqlite3."""
-    with sqlite3.connect(folder / "gateway.db") as db:
-        db.row_factory = sqlite3.Row
-        for _ in range(200):
-            row = db.execute(
-                "SELECT * FROM usage_ledger WHERE request_id = ?", (request_id,)
-            ).fetchone()
-            if row is not None:
-                return dict(row)
-            time.sleep(0.05)  # the gateway writes its rows every 50 ms
-    raise AssertionError(f"no ledger row for {request_id}")
 
 
 def test_a_whole_response_has_the_upstreams_usage(

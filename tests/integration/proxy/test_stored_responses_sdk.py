@@ -6,60 +6,13 @@ false), ``previous_response_id`` over three turns with a function call round tri
 
 from __future__ import annotations
 
-import sqlite3
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
-from tests.gatewayproc import GatewayProcess, start_gateway
-from tests.integration.proxy.conftest import MODEL, gateway_config
-from tests.simproc import SimProcess
-
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "The weather in a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-}
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("gw")
-
-
-@pytest.fixture(scope="module")
-def gateway(sim: SimProcess, folder: Path) -> Iterator[GatewayProcess]:
-    config = gateway_config(sim.url)
-    config["accounting"] = {"ledger_interval": 0.05}
-    with start_gateway(config, folder) as process:
-        yield process
-
-
-@pytest.fixture
-def client(gateway: GatewayProcess) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0) as c:
-        yield c
-
-
-def input_tokens_billed(folder: Path, request_id: str) -> int:
-    with sqlite3.connect(folder / "gateway.db") as db:
-        for _ in range(200):
-            row = db.execute(
-                "SELECT input_tokens FROM usage_ledger WHERE request_id = ?", (request_id,)
-            ).fetchone()
-            if row is not None:
-                return int(row[0])
-            time.sleep(0.05)  # the gateway writes its rows every 50 ms
-    raise AssertionError(f"no ledger row for {request_id}")
+from tests.integration.proxy.conftest import MODEL, WEATHER, ledger_row
 
 
 def streamed(client: openai.OpenAI, **kwargs: Any) -> Any:
@@ -121,7 +74,7 @@ def test_three_turns_with_a_function_call(
         i.id for i in reversed(items)
     ]  # newest first by default
     if not stream:  # the ledger bills the conversation the upstream was sent
-        assert input_tokens_billed(folder, billed[2]) == third.usage.input_tokens
+        assert ledger_row(folder, billed[2])["input_tokens"] == third.usage.input_tokens
 
     client.responses.delete(third.id)
     with pytest.raises(openai.NotFoundError):
