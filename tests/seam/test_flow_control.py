@@ -110,6 +110,35 @@ async def test_a_client_that_leaves_while_queued_is_recorded_as_gone(tmp_path: P
     assert len(gw.ledger_rows()) == 1
 
 
+async def test_a_waiting_request_starts_when_the_one_before_it_has_its_first_token(
+    tmp_path: Path,
+) -> None:
+    """The cause of the two-tenant unfairness (README, "Two tenants"): bounded only by requests
+    in flight over their whole life, a full engine's places free together as its batch ends, the
+    gate refills them together, and every request admitted with that burst (a quiet tenant's
+    too) waits behind one long step of prefills. ``max_starting`` lets the next request start as
+    soon as the one before it is in the batch (its first token back), while it still streams."""
+    prefilled, decoded = asyncio.Event(), asyncio.Event()
+    scripts = {**SCRIPTS, "held": Script(first_token=prefilled, rest=decoded)}
+    pools = {"pd": {"urls": ["http://replica-a:8000"], "saturation": {"max_starting": 1}}}
+    async with running_gateway(tmp_path, scripts, flow=FLOW, pools=pools) as gw:
+        pool, flow = gw.state.table.pools["pd"], gw.state.flow
+        assert flow is not None
+        first = asyncio.create_task(gw.call(CHAT, chat(script="held")))
+        await until(lambda: pool.starting == 1)
+        second = asyncio.create_task(gw.call(CHAT, chat()))
+        await until(lambda: flow.queue.waiting == 1)  # the pool's one start is taken
+        prefilled.set()  # the first request's first token: it is in the batch now
+        await until(lambda: len(gw.upstreams[0].sent) == 2)
+        assert not first.done()  # sent while the first still streams
+        assert (await second).status == 200
+        decoded.set()
+        assert (await first).status == 200
+        assert (pool.in_flight, pool.starting) == (0, 0)
+        settled_once(gw)
+    assert len(gw.ledger_rows()) == 2
+
+
 TWO_POOLS = {
     "pd": {"urls": ["http://pd-a:8000"]},
     "colo": {"urls": ["http://colo-a:8000", "http://colo-b:8000"], "capacity": 4},
