@@ -141,6 +141,8 @@ class ProxyEndpoint:
             ending, error = Ending.GATEWAY_ERROR, bug
         finally:
             watch.stop()
+            if gate is not None and waited is not None:
+                gate.done(waited)  # its replica is back: its tenant holds one place less
         return Ended(ending, plan, error, waited)
 
     async def _serve(self, scope: Scope, exchange: Exchange, plan: RoutePlan) -> Ending:

@@ -44,14 +44,18 @@ def saturation(
     prompt_tokens: int,
     engine: EngineReading | None,
     starting: int = 0,
+    held_back: tuple[int, int] = (0, 0),
 ) -> str | None:
     """The first bound the pool is past, or None. Engine bounds count only with a fresh
     reading: a stale or missing one leaves the gateway's own view (never an error).
-    ``starting``: streamed requests sent whose first token has not come back."""
-    if config.capacity is not None and in_flight >= config.capacity:
+    ``starting``: streamed requests sent whose first token has not come back. ``held_back``:
+    places and starts of ``capacity`` and ``max_starting`` this request may not use (flow
+    control's reserve, kept from the tenant holding the most)."""
+    places, starts = held_back
+    if config.capacity is not None and in_flight + places >= config.capacity:
         return IN_FLIGHT
     bounds = config.saturation
-    if bounds.max_starting is not None and starting >= bounds.max_starting:
+    if bounds.max_starting is not None and starting + starts >= bounds.max_starting:
         return STARTING
     limit = bounds.max_prompt_tokens_in_flight
     if limit is not None and prompt_tokens >= limit:

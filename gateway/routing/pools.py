@@ -122,9 +122,10 @@ class Pool:
     def saturated(self) -> bool:
         return self.saturation() is not None
 
-    def saturation(self, pending: int = 0) -> str | None:
+    def saturation(self, pending: int = 0, held_back: tuple[int, int] = (0, 0)) -> str | None:
         """Which bound the pool is past (``in_flight``, ``starting``, ``waiting``, ``kv_usage``,
-        ``prompt_tokens``), counting ``pending`` requests about to arrive; None: headroom."""
+        ``prompt_tokens``), counting ``pending`` requests about to arrive; None: headroom.
+        ``held_back``: places and starts the request may not use (flow control's reserve)."""
         others_in_flight, others_tokens = self.others
         return saturation(
             self.config,
@@ -132,6 +133,7 @@ class Pool:
             self.prompt_tokens + others_tokens,
             self.gauges.fresh(),
             self.starting + pending,
+            held_back,
         )
 
     def choose(

@@ -139,6 +139,53 @@ async def test_a_waiting_request_starts_when_the_one_before_it_has_its_first_tok
     assert len(gw.ledger_rows()) == 2
 
 
+AUTH = {"enabled": True, "hash_secret": "seam-test-hash-secret-0123456789"}
+
+
+async def tenant_keys(gw: Gateway, *tenants: str) -> dict[str, tuple[tuple[bytes, bytes], ...]]:
+    """A key for each tenant, as its authorization header."""
+    assert gw.state.auth is not None
+    admin = await gw.state.auth.manager.create_admin_key("tests")
+    admin_headers = ((b"authorization", f"Bearer {admin.token}".encode()),)
+    keys = {}
+    for tenant in tenants:
+        made = await gw.call("/admin/tenants", orjson.dumps({"id": tenant}), headers=admin_headers)
+        assert made.status in (200, 201), made.body
+        issued = await gw.call(
+            f"/admin/tenants/{tenant}/keys", orjson.dumps({"name": "k"}), headers=admin_headers
+        )
+        assert issued.status in (200, 201), issued.body
+        keys[tenant] = ((b"authorization", f"Bearer {issued.json()['key']}".encode()),)
+    return keys
+
+
+async def test_the_reserve_keeps_a_place_from_the_tenant_holding_the_most(tmp_path: Path) -> None:
+    """``flow.reserve``: the loud tenant, holding the most, may not take the pool's last place;
+    the quiet tenant's request takes it at once, past the loud one waiting ahead of it."""
+    prefilled, decoded = asyncio.Event(), asyncio.Event()
+    scripts = {**SCRIPTS, "held": Script(first_token=prefilled, rest=decoded)}
+    pools = {"pd": {"urls": ["http://replica-a:8000"], "capacity": 2}}
+    flow = {**FLOW, "reserve": {"places": 1}}
+    async with running_gateway(tmp_path, scripts, flow=flow, pools=pools, auth=AUTH) as gw:
+        keys = await tenant_keys(gw, "loud", "quiet")
+        pool, gate = gw.state.table.pools["pd"], gw.state.flow
+        assert gate is not None
+        held = asyncio.create_task(gw.call(CHAT, chat(script="held"), headers=keys["loud"]))
+        await until(lambda: pool.in_flight == 1)
+        waiting = asyncio.create_task(gw.call(CHAT, chat(), headers=keys["loud"]))
+        await until(lambda: gate.queue.waiting == 1)  # the pool's last place is not loud's
+        quiet = await gw.call(CHAT, chat(), headers=keys["quiet"])  # past the loud one
+        assert quiet.status == 200 and quiet.outcome is not None
+        assert not waiting.done() and gate.queue.waiting == 1
+        prefilled.set()
+        decoded.set()
+        assert (await held).status == 200
+        assert (await waiting).status == 200  # the loud one's place came back
+        assert gate.held == {} and pool.in_flight == 0
+        settled_once(gw)
+    assert len(gw.ledger_rows()) == 3
+
+
 TWO_POOLS = {
     "pd": {"urls": ["http://pd-a:8000"]},
     "colo": {"urls": ["http://colo-a:8000", "http://colo-b:8000"], "capacity": 4},
