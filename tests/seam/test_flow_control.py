@@ -223,6 +223,23 @@ async def test_a_conversation_stays_on_the_pool_that_holds_its_prefix(tmp_path: 
         assert fresh.headers[b"x-gateway-pool"] == b"pd"
 
 
+async def test_the_answer_is_remembered_so_the_next_turn_stays_where_its_history_is(
+    tmp_path: Path,
+) -> None:
+    """The engine caches the answer's tokens too: the next turn resends the answer, and the
+    index knows the replica holds it, so the turn is not sent to PD for tokens already cached."""
+    scripts = {"default": Script(chunks=120)}
+    answer = "".join(f"tok{i} " for i in range(120))  # what the scripted upstream streams
+    async with running_gateway(tmp_path, scripts, pools=TWO_POOLS, models=PREFIX_MODEL) as gw:
+        first = await gw.call(CHAT, conversation(HISTORY[:300]))
+        assert first.headers[b"x-gateway-pool"] == b"colo"
+        # Long, and without the answer in the index the colocated pool would prefill all of it.
+        second = await gw.call(CHAT, conversation(HISTORY[:300], answer, "ok"))
+        assert second.headers[b"x-gateway-route-reason"] == b"prefix_cached"
+        assert second.outcome is not None and first.outcome is not None
+        assert second.outcome.route.replica == first.outcome.route.replica
+
+
 async def test_a_saturated_preferred_pool_sends_the_request_to_the_other(tmp_path: Path) -> None:
     async with running_gateway(tmp_path, SCRIPTS, pools=TWO_POOLS, models=PREFIX_MODEL) as gw:
         colo = gw.state.table.pools["colo"]
