@@ -19,6 +19,7 @@ never makes a request wait: dispatch answers that at once (503 ``no_healthy_upst
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from gateway.asgi import Scope, header
@@ -65,6 +66,10 @@ class FlowGate:
         self.held: dict[str, int] = {}
         """Requests past the gate per tenant, until their exchange ended (only tenants with
         some: bounded by the requests in flight)."""
+        self._holding: Counter[int] = Counter()
+        """How many tenants hold each count, so the most held is known without a scan."""
+        self.most = 0
+        """The most requests one tenant holds."""
 
     def start(self, scope: Scope) -> Waited:
         principal = scope.get(PRINCIPAL_KEY)
@@ -97,10 +102,16 @@ class FlowGate:
         if not waited.passed:
             return
         waited.passed = False
-        held = self.held
-        left = held[waited.tenant] - 1
-        if left:
-            held[waited.tenant] = left
+        held, holding = self.held, self._holding
+        had = held[waited.tenant]
+        holding[had] -= 1
+        if not holding[had]:
+            del holding[had]
+            if had == self.most:  # it held the most alone: now it, at had - 1, does
+                self.most = had - 1
+        if had > 1:
+            held[waited.tenant] = had - 1
+            holding[had - 1] += 1
         else:
             del held[waited.tenant]
         if self.config.reserve.places or self.config.reserve.starting:
@@ -108,7 +119,15 @@ class FlowGate:
 
     def _pass(self, waited: Waited) -> None:
         waited.passed = True
-        self.held[waited.tenant] = self.held.get(waited.tenant, 0) + 1
+        held, holding = self.held, self._holding
+        had = held.get(waited.tenant, 0)
+        if had:
+            holding[had] -= 1
+            if not holding[had]:
+                del holding[had]
+        held[waited.tenant] = had + 1
+        holding[had + 1] += 1
+        self.most = max(self.most, had + 1)
 
     def _held_back(self, tenant: str) -> Callable[[], tuple[int, int]]:
         """What the tenant's request may not use of each pool, asked whenever its room is."""
@@ -120,7 +139,7 @@ class FlowGate:
 
         def held_back() -> tuple[int, int]:
             mine = held.get(tenant, 0)
-            return kept if mine and mine >= max(held.values()) else (0, 0)
+            return kept if mine and mine >= self.most else (0, 0)
 
         return held_back
 
