@@ -30,6 +30,7 @@ see loadtests/bench_hostile.py and README "Hardening".
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -308,17 +309,26 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
 class _CycleTransport(asyncio.Transport):
     """What a request's cycle (uvicorn's ``RequestResponseCycle``) writes to: the connection's
     transport, except that its close is the protocol's, which lingers while a body is arriving.
-    One per connection; the cycle only writes, asks whether it is closing, and closes."""
+    One per connection; the cycle only writes, asks whether it is closing, and closes.
+
+    It holds its protocol weakly: a strong reference would make every connection a reference
+    cycle (the protocol holds it), freed only by the cyclic collector, which the served process
+    runs rarely (gateway/server/memory.py), so memory would grow with the connections."""
 
     def __init__(self, protocol: EdgeHttpToolsProtocol) -> None:
         super().__init__()
-        self._protocol = protocol
+        self._protocol = weakref.ref(protocol)
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        self._protocol.transport.write(data)
+        protocol = self._protocol()
+        if protocol is not None:
+            protocol.transport.write(data)
 
     def is_closing(self) -> bool:
-        return self._protocol.transport.is_closing()
+        protocol = self._protocol()
+        return protocol is None or protocol.transport.is_closing()
 
     def close(self) -> None:
-        self._protocol.close_after_answer()
+        protocol = self._protocol()
+        if protocol is not None:
+            protocol.close_after_answer()
