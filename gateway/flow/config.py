@@ -29,6 +29,15 @@ class BandConfig(StrictModel):
     """Refused at once (429 ``shed``) while no pool has room, instead of queued."""
 
 
+class ReserveConfig(StrictModel):
+    """What the tenant holding the most places may not take (see ``FlowConfig.reserve``)."""
+
+    places: int = Field(0, ge=0)
+    """Of each pool's ``capacity``."""
+    starting: int = Field(0, ge=0)
+    """Of each pool's ``saturation.max_starting``."""
+
+
 class FlowConfig(StrictModel):
     enabled: bool = False
     max_queued: int = Field(256, ge=0)
@@ -50,6 +59,11 @@ class FlowConfig(StrictModel):
     default_band: str = "standard"
     tenant_bands: dict[str, str] = Field(default_factory=dict)
     """Tenant id -> band, for keys without their own ``priority`` label."""
+    reserve: ReserveConfig = ReserveConfig()
+    """Places kept from the tenant holding the most requests through the gateway (ties: each
+    of them), so another tenant's request finds one free at once instead of waiting for one to
+    free. Not work-conserving: a tenant alone runs on ``capacity - places``. Off (0) by default;
+    README, "Two tenants through one gateway", measures what it buys and costs."""
 
     @model_validator(mode="after")
     def _bands_known(self) -> FlowConfig:

@@ -156,10 +156,13 @@ class FlowQueue:
         return waited
 
     def pump(self) -> None:
-        """Grant places while the best waiter's plan has room."""
+        """Grant places while a waiter of the highest band waiting has room: its tenants'
+        heads in order of start tag, the first whose plan has room (another tenant's head may
+        have room where the best one's has none: its plan's pools differ, or flow control's
+        reserve keeps places from the best one's tenant)."""
         while self.waiting:
-            waiter = self._best()
-            if waiter is None or not waiter.has_room(self.pending):
+            waiter = self._next_with_room()
+            if waiter is None:
                 break
             band = self._bands[waiter.ticket.band]
             band.vtime = max(band.vtime, waiter.start)
@@ -168,12 +171,13 @@ class FlowQueue:
             waiter.future.set_result(None)
         self._schedule_recheck()
 
-    def _best(self) -> _Waiter | None:
-        """The head of the highest band: its tenant with the smallest start tag."""
+    def _next_with_room(self) -> _Waiter | None:
         for band in self._bands.values():
             if band.waiting:
-                heads = (queue[0] for queue in band.tenants.values())
-                return min(heads, key=lambda w: (w.start, w.seq))
+                heads = sorted(
+                    (queue[0] for queue in band.tenants.values()), key=lambda w: (w.start, w.seq)
+                )
+                return next((w for w in heads if w.has_room(self.pending)), None)
         return None
 
     def _push(self, band: _Band, ticket: Ticket, has_room: HasRoom) -> _Waiter:

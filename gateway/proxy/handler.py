@@ -141,6 +141,8 @@ class ProxyEndpoint:
             ending, error = Ending.GATEWAY_ERROR, bug
         finally:
             watch.stop()
+            if gate is not None and waited is not None:
+                gate.done(waited)  # its replica is back: its tenant holds one place less
         return Ended(ending, plan, error, waited)
 
     async def _serve(self, scope: Scope, exchange: Exchange, plan: RoutePlan) -> Ending:
@@ -174,6 +176,16 @@ class ProxyEndpoint:
             attempts.settle(failure, reusable=False, abandoned=failure is None)
             raise
         attempts.settle(_upstream_failure(attempt, relay), reusable=clean)
+        if clean and attempt.response.is_event_stream:  # its answer is in the engine's cache
+            meter = relay.meter
+            exchange.table.routing.remember_answer(
+                exchange.admitted.route.router,
+                request,
+                plan,
+                attempt.pool,
+                attempt.replica,
+                lambda: "".join(meter.output_parts),
+            )
         return Ending.COMPLETE if clean else Ending.UPSTREAM_FAILED
 
 

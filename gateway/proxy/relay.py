@@ -18,7 +18,7 @@ one, the chat path forwards the upstream's bytes as they came.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import orjson
@@ -57,10 +57,23 @@ class ChunkTranslator(Protocol):
 
 
 class Relay:
-    __slots__ = ("_first_byte_at", "_send", "error_code", "meter", "status", "upstream_status")
+    __slots__ = (
+        "_first_byte_at",
+        "_on_first_byte",
+        "_send",
+        "error_code",
+        "meter",
+        "status",
+        "upstream_status",
+    )
 
-    def __init__(self, send: Send, *, strip_usage: bool) -> None:
+    def __init__(
+        self, send: Send, *, strip_usage: bool, on_first_byte: Callable[[], None] | None = None
+    ) -> None:
+        """``on_first_byte``: told when a stream's first bytes come back from the upstream
+        (the engine's first token: its pool stops counting the request as starting)."""
         self._send = send
+        self._on_first_byte = on_first_byte
         self.meter = StreamMeter(strip_usage=strip_usage)
         self.status = 0
         self.upstream_status = 0
@@ -111,7 +124,7 @@ class Relay:
         try:
             async for chunk in response.chunks():
                 if self._first_byte_at is None:
-                    self._first_byte_at = time.perf_counter()
+                    self._first_came()
                 out = meter.feed(chunk)
                 if out:
                     last = out
@@ -138,7 +151,7 @@ class Relay:
         try:
             async for chunk in response.chunks():
                 if self._first_byte_at is None:
-                    self._first_byte_at = time.perf_counter()
+                    self._first_came()
                 out = translator.chunks(meter.feed_decoded(chunk))
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
@@ -152,6 +165,11 @@ class Relay:
         await translator.finished()
         await send({"type": "http.response.body", "body": end, "more_body": False})
         return True
+
+    def _first_came(self) -> None:
+        self._first_byte_at = time.perf_counter()
+        if self._on_first_byte is not None:
+            self._on_first_byte()
 
     def _upstream_usage(self) -> Usage | None:
         usage = self.meter.usage

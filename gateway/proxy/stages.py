@@ -66,9 +66,10 @@ class Exchange:
         tracing: Tracing,
     ) -> Exchange:
         request = admitted.request
-        relay = Relay(send, strip_usage=request.strip_usage)
+        attempts = Attempts(streamed=request.stream)
+        relay = Relay(send, strip_usage=request.strip_usage, on_first_byte=attempts.first_token)
         return cls(
-            arrival, table, admitted, relay, Attempts(), UpstreamAttempts(tracing, arrival, request)
+            arrival, table, admitted, relay, attempts, UpstreamAttempts(tracing, arrival, request)
         )
 
     @property

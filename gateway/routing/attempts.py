@@ -41,9 +41,14 @@ class Attempt:
 class Attempts:
     """See the module docstring."""
 
-    __slots__ = ("_held", "_tokens", "answer", "route")
+    __slots__ = ("_held", "_starting", "_tokens", "answer", "route", "streamed")
 
-    def __init__(self) -> None:
+    def __init__(self, streamed: bool = False) -> None:
+        self.streamed = streamed
+        """The request asked for a stream: each replica taken counts it as starting (its
+        pool's ``starting``) until :meth:`first_token`."""
+        self._starting = False
+        """The replica held counts this request as starting."""
         self.route: RouteFacts = NOWHERE
         """The last attempt's route: where the request was served, or why no pool took it."""
         self.answer: Attempt | None = None
@@ -74,7 +79,7 @@ class Attempts:
         elif self._held is not None:  # cancelled while sending: failed() was not reached
             pool, replica = self._held
             self._held = None
-            pool.give_back(replica, self._tokens)
+            pool.give_back(replica, self._tokens, self._was_starting())
             replica.breaker.abandon()
 
     def unavailable(self, variant: str, why: str) -> None:
@@ -92,11 +97,15 @@ class Attempts:
         """A replica of ``pool`` (none of ``tried``), held until it is given back; ``plan``: the
         replica scorers' inputs, the prompt tokens counted on it while held, the prompt's blocks
         recorded in the pool's prefix index."""
+        starting = self.streamed
         if plan is None:
-            replica = pool.take(tried)
+            replica = pool.take(tried, starting=starting)
         else:
             self._tokens = plan.prompt_tokens
-            replica = pool.take(tried, plan.scores(pool), plan.prompt_tokens, plan.blocks)
+            replica = pool.take(
+                tried, plan.scores(pool), plan.prompt_tokens, plan.blocks, starting=starting
+            )
+        self._starting = starting
         self._held = (pool, replica)
         self.route = RouteFacts(variant, pool.name, replica.label, why)  # credentials redacted
         return replica
@@ -129,6 +138,16 @@ class Attempts:
         self.answer = Attempt(pool, replica, response)
         return self.answer
 
+    def first_token(self) -> None:
+        """The answer's first bytes of stream came back: its pool stops counting it as
+        starting (once; a no-op for a request not counted)."""
+        if self.answer is not None and self._was_starting():
+            self.answer.pool.started()
+
+    def _was_starting(self) -> bool:
+        starting, self._starting = self._starting, False
+        return starting
+
     def settle(self, failure: str | None, *, reusable: bool, abandoned: bool = False) -> None:
         """The answer's connection back to the pool (or dropped), its replica freed, its breaker
         told: ``failure`` None when the replica did its job; ``abandoned`` gives no verdict."""
@@ -140,7 +159,7 @@ class Attempts:
             attempt.response.release()
         else:  # unread bytes or a cancelled read: the connection cannot be reused
             attempt.response.abort()
-        attempt.pool.give_back(attempt.replica, self._tokens)
+        attempt.pool.give_back(attempt.replica, self._tokens, self._was_starting())
         if abandoned:
             attempt.replica.breaker.abandon()
         else:
@@ -149,7 +168,7 @@ class Attempts:
     def _release(self) -> tuple[Pool, Replica]:
         pool, replica = self._held or _nothing_held()
         self._held = None
-        pool.give_back(replica, self._tokens)
+        pool.give_back(replica, self._tokens, self._was_starting())
         return pool, replica
 
 

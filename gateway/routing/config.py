@@ -247,6 +247,12 @@ class SaturationConfig(_Strict):
     """The fullest engine's KV cache usage (``vllm:kv_cache_usage_perc``, 0 to 1)."""
     max_prompt_tokens_in_flight: int | None = Field(None, gt=0)
     """Prompt tokens of the requests this gateway has in flight on the pool."""
+    max_starting: int | None = Field(None, gt=0)
+    """Streamed requests this gateway sent to the pool whose first token has not come back
+    (waiting in an engine or prefilling): the gateway's own, always fresh view of the engines'
+    queues. A bound near 1 per engine paces requests into a full engine one step at a time, so
+    a burst of freed places is not refilled by one burst of prefills that every request
+    admitted with it (a quiet tenant's included) waits behind; see README, "Flow control"."""
 
 
 class PoolConfig(_Strict):

@@ -1,7 +1,8 @@
 """Routing policy as small named filters and scorers; they read load, they own none of it.
 
 A filter says whether a pool is saturated, and by which bound (``saturation``): the gateway's own
-count of requests and prompt tokens in flight (always there), the engines' waiting queue and KV
+count of requests and prompt tokens in flight and of streamed requests still waiting for their
+first token (always there), the engines' waiting queue and KV
 usage (their vLLM gauges, only while fresh). A scorer rates one replica of a pool from 0 to 1;
 the replica with the highest weighted sum is chosen (``best_replica``), ties going to the next in
 rotation::
@@ -33,17 +34,29 @@ IN_FLIGHT = "in_flight"
 WAITING = "waiting"
 KV_USAGE = "kv_usage"
 PROMPT_TOKENS = "prompt_tokens"
-SATURATION_REASONS = (IN_FLIGHT, WAITING, KV_USAGE, PROMPT_TOKENS)
+STARTING = "starting"
+SATURATION_REASONS = (IN_FLIGHT, STARTING, WAITING, KV_USAGE, PROMPT_TOKENS)
 
 
 def saturation(
-    config: PoolConfig, in_flight: int, prompt_tokens: int, engine: EngineReading | None
+    config: PoolConfig,
+    in_flight: int,
+    prompt_tokens: int,
+    engine: EngineReading | None,
+    starting: int = 0,
+    held_back: tuple[int, int] = (0, 0),
 ) -> str | None:
     """The first bound the pool is past, or None. Engine bounds count only with a fresh
-    reading: a stale or missing one leaves the gateway's own view (never an error)."""
-    if config.capacity is not None and in_flight >= config.capacity:
+    reading: a stale or missing one leaves the gateway's own view (never an error).
+    ``starting``: streamed requests sent whose first token has not come back. ``held_back``:
+    places and starts of ``capacity`` and ``max_starting`` this request may not use (flow
+    control's reserve, kept from the tenant holding the most)."""
+    places, starts = held_back
+    if config.capacity is not None and in_flight + places >= config.capacity:
         return IN_FLIGHT
     bounds = config.saturation
+    if bounds.max_starting is not None and starting + starts >= bounds.max_starting:
+        return STARTING
     limit = bounds.max_prompt_tokens_in_flight
     if limit is not None and prompt_tokens >= limit:
         return PROMPT_TOKENS

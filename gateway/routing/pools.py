@@ -86,6 +86,8 @@ class Pool:
         self.in_flight = 0
         self.prompt_tokens = 0
         """Prompt tokens of the requests this gateway has in flight on the pool."""
+        self.starting = 0
+        """Streamed requests sent to the pool whose first token has not come back yet."""
         self.others: tuple[int, int] = (0, 0)
         """In-flight requests and prompt tokens of the other gateway replicas (shared load)."""
         signals = config.signals
@@ -120,15 +122,18 @@ class Pool:
     def saturated(self) -> bool:
         return self.saturation() is not None
 
-    def saturation(self, pending: int = 0) -> str | None:
-        """Which bound the pool is past (``in_flight``, ``waiting``, ``kv_usage``,
-        ``prompt_tokens``), counting ``pending`` requests about to arrive; None: headroom."""
+    def saturation(self, pending: int = 0, held_back: tuple[int, int] = (0, 0)) -> str | None:
+        """Which bound the pool is past (``in_flight``, ``starting``, ``waiting``, ``kv_usage``,
+        ``prompt_tokens``), counting ``pending`` requests about to arrive; None: headroom.
+        ``held_back``: places and starts the request may not use (flow control's reserve)."""
         others_in_flight, others_tokens = self.others
         return saturation(
             self.config,
             self.in_flight + others_in_flight + pending,
             self.prompt_tokens + others_tokens,
             self.gauges.fresh(),
+            self.starting + pending,
+            held_back,
         )
 
     def choose(
@@ -162,24 +167,36 @@ class Pool:
         scores: ReplicaScores = NO_SCORES,
         prompt_tokens: int = 0,
         blocks: PromptBlocks | None = None,
+        starting: bool = False,
     ) -> Replica:
         """Choose a replica and count the request on it; pair with :meth:`give_back` (with the
-        same ``prompt_tokens``). ``blocks``: the prompt, recorded in the prefix index."""
+        same ``prompt_tokens``). ``blocks``: the prompt, recorded in the prefix index.
+        ``starting``: a streamed request, counted as starting until :meth:`started` (or its
+        give-back, with ``starting`` again, if its first token never came)."""
         replica = self.choose(exclude, scores)
         replica.breaker.on_attempt()
         replica.outstanding += 1
         replica.prompt_tokens += prompt_tokens
         self.in_flight += 1
         self.prompt_tokens += prompt_tokens
+        self.starting += starting
         if blocks is not None and blocks.hashes and self.prefix is not None:
             self.prefix.record(blocks, self.replicas.index(replica))
         return replica
 
-    def give_back(self, replica: Replica, prompt_tokens: int = 0) -> None:
+    def give_back(self, replica: Replica, prompt_tokens: int = 0, starting: bool = False) -> None:
         replica.outstanding -= 1
         replica.prompt_tokens -= prompt_tokens
         self.in_flight -= 1
         self.prompt_tokens -= prompt_tokens
+        self.starting -= starting
+        if self.on_release is not None:
+            self.on_release()
+
+    def started(self) -> None:
+        """A starting request's first token came back: the engine took it into its batch, so
+        another may start (the flow-control queue is told at once, as on a give-back)."""
+        self.starting -= 1
         if self.on_release is not None:
             self.on_release()
 

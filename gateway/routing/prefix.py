@@ -24,6 +24,7 @@ counts as uncached; memory is ``max_blocks`` entries per pool (about 100 bytes e
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -102,6 +103,14 @@ def canonical_text(operation: Operation, payload: Mapping[str, Any]) -> Iterable
             yield prompt
 
 
+def answer_text(operation: Operation, answer: str) -> Iterable[str]:
+    """The answer's text pieces as the next request resends them after the prompt's: a chat's
+    next message (the assistant's), a completion's continuation."""
+    if operation.counted_as is Operation.CHAT:
+        yield "\x1eassistant\x1f"
+    yield answer
+
+
 def prompt_blocks(
     operation: Operation,
     payload: Mapping[str, Any],
@@ -109,14 +118,20 @@ def prompt_blocks(
     block_chars: int,
     max_blocks: int,
     seed: bytes = b"",
+    answer: str | None = None,
 ) -> PromptBlocks:
     """The block names of a prompt's first ``max_blocks`` whole blocks, chained from ``seed``
-    (the model: two models' caches never share a block)."""
+    (the model: two models' caches never share a block). ``answer``: the prompt followed by
+    its answer, as the engine holds them once it has answered (vLLM caches the output's blocks
+    too) and as the conversation's next turn resends them."""
     limit = block_chars * max_blocks
     pieces: list[str] = []
     kept = 0
     total = 0
-    for piece in canonical_text(operation, payload):
+    text_pieces = canonical_text(operation, payload)
+    if answer is not None:
+        text_pieces = itertools.chain(text_pieces, answer_text(operation, answer))
+    for piece in text_pieces:
         total += len(piece)
         if kept < limit:
             pieces.append(piece[: limit - kept])

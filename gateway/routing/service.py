@@ -20,6 +20,7 @@ from gateway.asgi import Scope, header
 from gateway.routing.config import Role, RoutingPolicy
 from gateway.routing.dispatch import Dispatcher
 from gateway.routing.metrics import RoutingMetrics
+from gateway.routing.pools import Pool, Replica
 from gateway.routing.prefix import NO_BLOCKS, prompt_blocks
 from gateway.routing.router import ROLLED_BACK, ModelRouter, RoutePlan, Variant
 from gateway.tokens.counting import PromptTokens
@@ -107,6 +108,37 @@ class Routing:
             via=via,
             blocks=blocks,
         )
+
+    def remember_answer(
+        self,
+        router: ModelRouter,
+        request: ParsedRequest,
+        plan: RoutePlan,
+        pool: Pool,
+        replica: Replica,
+        answer: Callable[[], str],
+    ) -> None:
+        """A stream answered cleanly by ``replica``: its engine now holds the prompt's blocks
+        and the answer's (vLLM caches output tokens too), so the conversation's next turn,
+        which resends both, matches past this prompt. ``answer()``: the text delivered (read
+        only when the model's prefix index is on). One choice only (``n`` > 1: which one the
+        next turn resends is not known)."""
+        prefix = router.policy.prefix
+        index = pool.prefix
+        if not prefix.enabled or index is None or request.payload.get("n") not in (None, 1):
+            return
+        if not plan.blocks.chars:  # no prompt text the index reads (or a failover's own plan)
+            return
+        blocks = prompt_blocks(
+            request.operation,
+            request.payload,
+            block_chars=prefix.block_chars,
+            max_blocks=prefix.max_prompt_blocks,
+            seed=router.name.encode(),
+            answer=answer(),
+        )
+        if len(blocks.hashes) > len(plan.blocks.hashes):  # the answer filled a block more
+            index.record(blocks, pool.replicas.index(replica))
 
     def _variant(
         self, router: ModelRouter, scope: Scope, caller: Caller, request: ParsedRequest

@@ -8,28 +8,35 @@ tasks end with the pool (a reload that retires it) or at :meth:`EngineSignals.ac
     tasks = signals.watch(pool)        # started; the caller cancels them at shutdown
     await signals.aclose()
 
-The HTTP client is aiohttp's (imported when a pool first scrapes; without it the engines'
-gauges stay missing and routing uses the gateway's own view), kept apart from the pools'
-upstream clients: a slow metrics endpoint never takes a connection a request could use.
-Bodies are bounded (``MAX_BODY_BYTES``).
+The HTTP client is the gateway's own upstream client (``Http1Upstream``, in its base install),
+one of its own, kept apart from the pools' clients: a slow metrics endpoint never takes a
+connection a request could use. Each scrape is bounded in time (``signals.timeout``) and size
+(``MAX_BODY_BYTES``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from gateway.routing.gauges import MAX_BODY_BYTES, Fetch, scrape_forever
 from gateway.routing.pools import Pool
+from gateway.upstream.config import Timeouts
+from gateway.upstream.http1 import Http1Upstream
 
-if TYPE_CHECKING:
-    import aiohttp
+
+@dataclass(frozen=True)
+class _ScraperSettings:
+    """The scraping client's settings (``UpstreamSettings``); each scrape has its own deadline."""
+
+    timeouts: Timeouts
+    max_connections: int = 64
 
 
 class EngineSignals:
     def __init__(self, fetch: Fetch | None = None) -> None:
         self._fetch = fetch
-        self._session: aiohttp.ClientSession | None = None
+        self._client: Http1Upstream | None = None
 
     def watch(self, pool: Pool) -> list[asyncio.Task[None]]:
         signals = pool.config.signals
@@ -55,26 +62,17 @@ class EngineSignals:
 
     def _http_fetch(self, timeout: float) -> Fetch:
         async def fetch(url: str) -> bytes:
-            # aiohttp comes with the loadtest and dev extras; without it a scrape fails like an
-            # unreachable endpoint (the pool keeps the gateway's own view).
-            import aiohttp
-
-            if self._session is None:
-                self._session = aiohttp.ClientSession()
-            limit = aiohttp.ClientTimeout(total=timeout)
-            async with self._session.get(url, timeout=limit) as response:
-                if response.status >= 300:
-                    raise RuntimeError(f"status {response.status}")
-                body = bytearray()
-                async for chunk in response.content.iter_any():
-                    body += chunk
-                    if len(body) > MAX_BODY_BYTES:
-                        raise RuntimeError("metrics body too large")
-                return bytes(body)
+            if self._client is None:
+                self._client = Http1Upstream(_ScraperSettings(Timeouts()))
+            async with asyncio.timeout(timeout):
+                status, body = await self._client.get(url, MAX_BODY_BYTES)
+            if status >= 300:
+                raise RuntimeError(f"status {status}")
+            return body
 
         return fetch
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None

@@ -182,6 +182,7 @@ def load_status(pool: Pool) -> dict[str, Any]:
     return {
         "in_flight": pool.in_flight,
         "prompt_tokens_in_flight": pool.prompt_tokens,
+        "starting": pool.starting,
         "other_gateways": {"in_flight": pool.others[0], "prompt_tokens": pool.others[1]},
         "capacity": pool.config.capacity,
         "saturated": pool.saturation(),

@@ -12,7 +12,9 @@
 #         and direct to its Ray ingress (the gateway's own added latency, same run)
 #   c2k, c8k  prompts of 2048 and 8000 tokens (max_model_len 8192), concurrency 1, 8, 32, PD and
 #         colocated
-#   r2k   open loop (Poisson), 2048-token prompts, 4 to 32 requests/s, PD and colocated
+#   r2k   open loop (Poisson), 2048-token prompts, 1 to 16 requests/s, PD and colocated: past
+#         both knees (PD's is the KV transfer's, about 1.4 requests/s over UCX on TCP loopback)
+# PD_SWEEP_ITEMS="r2k ...": only the items named (default: all, in the order above).
 # Every item: 64 output tokens (ignore_eos), 2 warm-up requests per target, 6 s of sending per
 # step, SLO TTFT <= 1000 ms and TPOT <= 50 ms for goodput. PD_GPU_DRY_RUN=1: arguments checked only.
 set -uo pipefail
@@ -36,6 +38,9 @@ common=(--tokenizer "$tokenizer" --output-tokens 64 --ignore-eos --warmup 2 --du
 
 item() {  # NAME SECONDS_ESTIMATE [pd-loadtest args]
   local name=$1 estimate=$2; shift 2
+  if [ -n "${PD_SWEEP_ITEMS:-}" ] && [[ " $PD_SWEEP_ITEMS " != *" $name "* ]]; then
+    return
+  fi
   if [ "$(($(date +%s) + estimate))" -gt "$(cat "$deadline_file")" ]; then
     echo "$name: skipped (about ${estimate}s, past the deadline)" | tee -a "$out/skipped.txt"
     return
@@ -54,5 +59,5 @@ item c128 110 --input-tokens 128 --concurrency 1,8,32 --target "$pd" \
   --target "name=colocated-direct,url=$co_direct,model=$model"
 item c2k 60 --input-tokens 2048 --concurrency 1,8,32 --target "$pd" --target "$co"
 item c8k 75 --input-tokens 8000 --concurrency 1,8,32 --target "$pd" --target "$co"
-item r2k 90 --input-tokens 2048 --rate 4,8,16,32 --target "$pd" --target "$co"
+item r2k 240 --input-tokens 2048 --rate 1,2,4,8,16 --target "$pd" --target "$co"
 touch "$out/done"

@@ -42,6 +42,10 @@ class Script:
     """Answer with a call of the function ``lookup`` (its arguments in ``chunks`` pieces)."""
     unended: int = 0
     """After the content chunks, this many bytes of one event never ended (64 KiB pieces)."""
+    first_token: asyncio.Event | None = None
+    """The stream's first chunk waits for this (the engine still prefilling it)."""
+    rest: asyncio.Event | None = None
+    """The chunks after the first wait for this (the engine decoding it)."""
 
 
 @dataclass
@@ -104,6 +108,9 @@ class FakeResponse:
                 raise UpstreamError("The upstream connection failed mid-response: reset.")
             if script.gap:
                 await asyncio.sleep(script.gap)
+            held = script.first_token if i == 0 else script.rest if i == 1 else None
+            if held is not None:
+                await held.wait()
             choice = _call_delta(i) if script.tool_call else _delta(f"tok{i} ")
             yield _event({"id": "c1", "model": "m", "choices": [choice]})
         for start in range(0, script.unended, 1 << 16):

@@ -16,12 +16,15 @@ from pathlib import Path
 ROOT = Path(__file__).parents[2]
 
 
-def dry_run(script: str, *args: str, state: Path) -> subprocess.CompletedProcess[str]:
+def dry_run(
+    script: str, *args: str, state: Path, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
         "PD_GPU_DRY_RUN": "1",
         "PYTHON": sys.executable,
         "PD_GPU_STATE": str(state),
+        **(extra_env or {}),
     }
     return subprocess.run(
         ["bash", script, *args],
@@ -54,7 +57,7 @@ def test_the_profile_run_checks_every_command_it_runs(tmp_path: Path) -> None:
     assert any("local up --config examples/serving/local-gpu.yaml" in c for c in checked(result))
 
 
-def test_the_sweep_checks_every_pd_loadtest_it_runs(tmp_path: Path) -> None:
+def sweep_state(tmp_path: Path) -> Path:
     (tmp_path / "serve").mkdir()
     state = {
         "model": "llama-8b-shape",
@@ -69,12 +72,33 @@ def test_the_sweep_checks_every_pd_loadtest_it_runs(tmp_path: Path) -> None:
     (tmp_path / "key").write_text("dry-run-key\n")
     deadline = tmp_path / "deadline"
     deadline.write_text("99999999999\n")
+    return deadline
+
+
+def sweep_reports(result: subprocess.CompletedProcess[str]) -> list[str]:
+    assert result.returncode == 0, result.stdout
+    return [Path(line.split("--out ")[1].split()[0]).name for line in checked(result)]
+
+
+def test_the_sweep_checks_every_pd_loadtest_it_runs(tmp_path: Path) -> None:
+    deadline = sweep_state(tmp_path)
     out = tmp_path / "sweep"
     result = dry_run("loadtests/device/pd-sweep.sh", str(out), str(deadline), state=tmp_path)
-    assert result.returncode == 0, result.stdout
-    reports = [line.split("--out ")[1].split()[0] for line in checked(result)]
-    assert [Path(r).name for r in reports] == ["c128", "c2k", "c8k", "r2k"]
+    assert sweep_reports(result) == ["c128", "c2k", "c8k", "r2k"]
     assert (out / "done").is_file()
+
+
+def test_the_sweep_runs_only_the_items_named(tmp_path: Path) -> None:
+    # A device session that comes back for one item must not spend its time on the others.
+    deadline = sweep_state(tmp_path)
+    result = dry_run(
+        "loadtests/device/pd-sweep.sh",
+        str(tmp_path / "sweep"),
+        str(deadline),
+        state=tmp_path,
+        extra_env={"PD_SWEEP_ITEMS": "c8k r2k"},
+    )
+    assert sweep_reports(result) == ["c8k", "r2k"]
 
 
 def test_a_removed_flag_fails_the_check() -> None:

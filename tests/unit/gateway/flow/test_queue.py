@@ -181,3 +181,25 @@ async def test_the_recheck_timer_dispatches_when_room_appears_without_a_release(
     room.free = 1  # the engines' gauges changed; nobody called pump
     await asyncio.wait_for(task, timeout=30)
     queue.close()
+
+
+async def test_a_head_without_room_does_not_hold_back_another_tenants_head_with_room() -> None:
+    """Heads are tried in start-tag order; the first whose plan has room goes (its pools differ,
+    or the reserve keeps places from the other's tenant), within the highest band waiting."""
+    queue = FlowQueue(config())
+    none, some = Room(0), Room(0)
+    served: list[str] = []
+    blocked = asyncio.create_task(enter(queue, none, Ticket("standard", "a", 10, 1), served))
+    await settle()
+    other = asyncio.create_task(enter(queue, some, Ticket("standard", "b", 10, 1), served))
+    low = asyncio.create_task(enter(queue, some, Ticket("sheddable", "c", 10, 1), served))
+    await settle()
+    assert queue.waiting == 2  # "a" first by its tag; the sheddable one was refused at once
+    with pytest.raises(Shed):
+        await low
+    await release(queue, some)
+    assert served == ["b"] and queue.waiting == 1
+    await release(queue, none)
+    await blocked
+    await other
+    assert served == ["b", "a"]

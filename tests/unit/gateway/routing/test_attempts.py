@@ -89,3 +89,31 @@ def test_no_pool_says_why_and_sent_nothing() -> None:
     with Attempts() as attempts:
         attempts.unavailable("stable", "prompt_long+unavailable")
     assert not attempts.sent and attempts.route.reason == "prompt_long+unavailable"
+
+
+def test_a_streamed_request_counts_as_starting_until_its_first_token_once() -> None:
+    pool = one_replica_pool()
+    released: list[int] = []
+    pool.on_release = lambda: released.append(pool.starting)
+    with Attempts(streamed=True) as attempts:
+        attempts.take(pool, (), "stable", "prompt_short")
+        assert pool.starting == 1
+        attempts.answered(Answer(200))
+        assert pool.starting == 1  # headers are not a token
+        attempts.first_token()
+        attempts.first_token()  # later chunks change nothing
+        assert pool.starting == 0 and pool.in_flight == 1
+        assert released == [0]  # the queue was told at once
+        attempts.settle(None, reusable=True)
+    assert (pool.starting, pool.in_flight) == (0, 0)
+
+
+def test_a_streamed_attempt_that_fails_before_its_first_token_stops_starting() -> None:
+    pool = Pool("pd", PoolConfig(urls=("http://127.0.0.1:9000", "http://127.0.0.1:9001")))
+    with Attempts(streamed=True) as attempts:
+        attempts.take(pool, (), "stable", "prompt_short")
+        attempts.retrying(Answer(503))
+        assert pool.starting == 0
+        attempts.take(pool, (), "stable", "prompt_short")
+        assert pool.starting == 1
+    assert (pool.starting, pool.in_flight) == (0, 0)  # the block's end gave it back

@@ -50,6 +50,22 @@ def test_saturation_by_each_bound_and_only_fresh_engine_gauges_count() -> None:
     assert (p.in_flight, p.prompt_tokens) == (0, 0)
 
 
+def test_streamed_requests_count_as_starting_until_their_first_token() -> None:
+    p = pool(capacity=8, saturation={"max_starting": 1})
+    first = p.take(starting=True)
+    assert p.saturation() == "starting"  # its engine has not taken it into the batch yet
+    p.started()
+    assert p.saturation() is None  # still in flight, no longer starting
+    assert p.saturation(pending=1) == "starting"  # a granted one about to start fills it
+    second = p.take(starting=True)
+    p.give_back(second, starting=True)  # ended before its first token: counted off once
+    p.give_back(first)
+    assert (p.in_flight, p.starting) == (0, 0)
+    whole = p.take()  # a non-streamed request's first token is never seen: not counted
+    assert p.saturation() is None
+    p.give_back(whole)
+
+
 def test_other_gateways_in_flight_count_towards_capacity() -> None:
     p = pool(capacity=3)
     p.others = (3, 0)

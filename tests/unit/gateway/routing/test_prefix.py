@@ -28,6 +28,18 @@ def test_a_conversation_one_turn_on_starts_with_the_blocks_of_its_history() -> N
     assert later.hashes[: len(first.hashes)] == first.hashes
 
 
+def test_a_prompt_with_its_answer_names_the_next_turns_history_past_the_prompt() -> None:
+    answer = "Paris is the capital of France, and has been for a long time. " * 3
+    question = "What is the capital of France?"
+    prompt = blocks(chat(question))
+    answered = prompt_blocks(
+        Operation.CHAT, chat(question), block_chars=64, max_blocks=512, seed=b"m", answer=answer
+    )
+    next_turn = blocks(chat(question, answer, "And of Spain?"))
+    assert len(answered.hashes) > len(prompt.hashes)
+    assert next_turn.hashes[: len(answered.hashes)] == answered.hashes  # all of it matches
+
+
 def test_a_different_prefix_or_model_shares_no_block() -> None:
     one = blocks(chat("hello " * 50))
     other = blocks({"messages": [{"role": "system", "content": "x" + HISTORY}]})
