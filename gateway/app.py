@@ -37,11 +37,12 @@ from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import GatewayConfig
 from gateway.console import console_routes
 from gateway.endpoints import Healthz, ListModels, Metrics, OpenAPI, Readyz, RetrieveModel
-from gateway.middleware import RequestIdMiddleware
+from gateway.middleware import RefusalLog, RequestIdMiddleware
 from gateway.proxy.handler import ProxyEndpoint
 from gateway.runtime.reload import ConfigReloader, reload_on_sighup
 from gateway.runtime.state import GatewayState, UpstreamFactory
 from gateway.server.overload import InFlightLimit
+from gateway.server.refusals import REFUSALS_KEY, RefusalRecorder
 from gateway.stored.api import responses_routes
 from gateway.telemetry.server import ServerSpanMiddleware
 from gateway.upstream.http1 import Http1Upstream
@@ -68,15 +69,19 @@ def create_app(
     access_log = AccessLog(sys.stderr.fileno()) if config.server.access_log else None
     reloader = None if config_path is None else ConfigReloader(state, config_path)
 
+    # The lifespan state reaches the edge protocol (gateway/server/refusals.py): what it refuses
+    # before a request exists is counted and logged here.
+    edge_state: dict[str, RefusalRecorder] = {REFUSALS_KEY: RefusalLog(state.metrics, access_log)}
+
     @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, RefusalRecorder]]:
         await state.start()
         try:
             if reloader is None:
-                yield
+                yield edge_state
             else:
                 with reload_on_sighup(reloader):
-                    yield
+                    yield edge_state
         finally:
             await state.stop()
             if access_log is not None:
@@ -113,6 +118,7 @@ def create_app(
                 limit=config.server.max_requests_in_flight,
                 max_uploads=config.server.max_uploads,
                 max_uploads_per_client=config.server.max_uploads_per_client,
+                upload_grace=config.server.upload_grace,
                 max_body_bytes=config.server.max_body_bytes,
                 metrics=state.metrics,
             ),

@@ -78,11 +78,21 @@ class ServerConfig(StrictModel):
     than ``body_grace`` plus its bytes at this rate gets 408 and the connection closed."""
     body_grace: float = Field(5.0, gt=0)
     """Seconds a body may take whatever its rate (then ``min_body_rate`` applies)."""
+    upload_grace: float = Field(0.25, ge=0)
+    """Seconds a body that did not come whole with its headers is read before it counts as an
+    upload: a body trailing its headers by a segment or two (a loaded client, a NAT's many
+    clients) is a normal request, and only one still arriving after this meets the upload caps."""
     max_uploads: int = Field(256, ge=1)
-    """Bodies still arriving at once (a body complete when the request starts is none); more get
-    503 ``server_overloaded``. A request takes a serving slot only once its body is in."""
+    """Bodies still arriving at once past ``upload_grace``; more get 503 ``server_overloaded``.
+    A request takes a serving slot only once its body is in."""
     max_uploads_per_client: int = Field(16, ge=1)
-    """Bodies still arriving at once from one client address; more get 429."""
+    """Bodies still arriving at once past ``upload_grace`` from one client address; more get
+    429 ``too_many_uploads``."""
+    linger_timeout: float = Field(5.0, gt=0)
+    """Seconds a connection refused while its body is still arriving (429, 503, 408, 431) keeps
+    reading and dropping what the client sends, after the answer and a half-close: a client
+    still writing then reads the answer instead of a reset. It ends sooner when the client
+    closes, or past ``max_body_bytes`` dropped; the connection cap may close it to make room."""
     keep_alive_timeout: float = Field(5.0, gt=0)
     """Seconds an idle keep-alive connection is kept between requests."""
     send_timeout: float = Field(60.0, gt=0)

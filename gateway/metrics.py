@@ -277,10 +277,12 @@ class GatewayMetrics:
             ["tenant", "limit"],
             registry=self.tenant_registry,
         )
-        # Refused by the server's own caps, before any request stage (gateway/server/overload.py).
+        # Refused by the server's own caps, before any request stage (gateway/server/overload.py;
+        # "connections" by the edge protocol, gateway/server/refusals.py).
         self.overload_refusals = Counter(
             "gateway_overload_refusals",
-            "Requests refused by the server's caps (in_flight, uploads, client_uploads)",
+            "Requests refused by the server's caps (in_flight, uploads, client_uploads, "
+            "connections)",
             ["reason"],
             registry=r,
         )

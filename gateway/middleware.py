@@ -22,7 +22,7 @@ from gateway.asgi import Message, Receive, Scope, Send, send_response
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
-from gateway.server.overload import REFUSAL_KEY
+from gateway.server.overload import REFUSAL_KEY, refusal_counter
 from gateway.wire.outcome import ARRIVAL_KEY, OUTCOME_KEY, Arrival, Outcome, OutcomeSlot
 
 logger = logging.getLogger(__name__)
@@ -113,6 +113,33 @@ class RequestIdMiddleware:
         line.update(_NO_OUTCOME if outcome is None else outcome_fields(outcome))
         if outcome is None and REFUSAL_KEY in scope:  # refused by a server cap: no outcome
             line["error_code"] = scope[REFUSAL_KEY]
+        self.access_log.write(line)
+
+
+class RefusalLog:
+    """The app's :class:`~gateway.server.refusals.RefusalRecorder`: a refusal the edge protocol
+    made before a request existed (no method, no path, no ids of the client's) is counted with
+    the server's other caps and gets an access-log line with the keys of every other line."""
+
+    def __init__(self, metrics: GatewayMetrics, access_log: AccessLog | None) -> None:
+        self.count = refusal_counter(metrics)
+        self.access_log = access_log
+
+    def refused(self, reason: str, err: GatewayError) -> None:
+        self.count(reason)
+        if self.access_log is None:
+            return
+        line: dict[str, object] = {
+            "msg": "request",
+            "request_id": os.urandom(12).hex(),
+            "correlation_id": None,
+            "method": None,
+            "path": None,
+            "status": err.status,
+            "latency_ms": 0.0,
+            **_NO_OUTCOME,
+            "error_code": err.code,
+        }
         self.access_log.write(line)
 
 

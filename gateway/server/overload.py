@@ -8,17 +8,21 @@ The probes and ``/metrics`` stay outside the caps, so an overloaded replica is n
 by its liveness probe nor hidden from its scraper.
 
 A request takes a serving slot only once its body is in. A body complete when the request
-starts (a normal request: the whole body came with the headers) takes none of the upload caps
-either; a body still arriving is an upload, at most ``max_uploads`` at once and
-``max_uploads_per_client`` from one client address, and is read here before the request is
-served. How slow an upload may be is the edge protocol's part (``server.min_body_rate``,
-gateway/server/protocol.py): so slow uploads never starve the requests being served::
+starts (the whole body came with the headers) takes none of the upload caps either, and neither
+does one that trails its headers by a moment: the rest is read for ``upload_grace`` seconds
+before anything is counted (a loaded client, or a NAT's many clients on a real network, whose
+bodies come a segment after their headers). A body still arriving after that is an upload, at
+most ``max_uploads`` at once and ``max_uploads_per_client`` from one client address, read here
+before the request is served. How slow an upload may be is the edge protocol's part
+(``server.min_body_rate``, gateway/server/protocol.py), and so is closing a refused one gently
+enough that its client reads the answer: so slow uploads never starve the requests served::
 
     app = InFlightLimit(app, limit=1024, max_uploads=256, max_uploads_per_client=16, metrics=m)
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from starlette.types import ASGIApp
@@ -26,12 +30,17 @@ from starlette.types import ASGIApp
 from gateway.asgi import Message, Receive, Scope, Send, send_response
 from gateway.errors import GatewayError, Overloaded, TooManyUploads
 from gateway.metrics import GatewayMetrics
+from gateway.server.refusals import REASONS
 
 EXEMPT = frozenset(("/healthz", "/readyz", "/metrics"))
 REFUSAL_KEY = "gateway.refusal"
 """The code of a refusal made here, in the scope, for the access log (no outcome is built)."""
 # The response ends the connection: a refused upload's unread body would otherwise keep it open.
 _CLOSE = (b"connection", b"close")
+# After the grace, one more short wait before a body is judged late: an event loop may run an
+# expired timer before it reads its sockets (uvloop does), so after a stall of the loop the bytes
+# that came in time are read first.
+_SETTLE = 0.001
 
 
 class InFlightLimit:
@@ -42,11 +51,13 @@ class InFlightLimit:
         limit: int,
         max_uploads: int = 256,
         max_uploads_per_client: int = 16,
+        upload_grace: float = 0.25,
         max_body_bytes: int = 4 * 1024 * 1024,
         metrics: GatewayMetrics | None = None,
     ) -> None:
         self.app = app
         self.limit = limit
+        self.upload_grace = upload_grace
         self.max_body_bytes = max_body_bytes
         self.max_uploads = max_uploads
         self.max_uploads_per_client = max_uploads_per_client
@@ -54,7 +65,7 @@ class InFlightLimit:
         self.uploads = 0
         self.uploads_by_client: dict[str, int] = {}
         """Bodies arriving per client address; an address leaves when its last upload ends."""
-        self._count = _refusal_counter(metrics)
+        self._count = refusal_counter(metrics)
         if metrics is not None:
             metrics.uploads_in_progress.set_function(lambda: self.uploads)
 
@@ -64,7 +75,7 @@ class InFlightLimit:
             return
         first = await receive()
         if first.get("more_body", False):
-            body = await self._upload(scope, first, receive, send)
+            body = await self._rest_of_body(scope, first, receive, send)
             if body is None:
                 return
         else:
@@ -79,32 +90,50 @@ class InFlightLimit:
         finally:
             self.in_flight -= 1
 
-    async def _upload(
+    async def _rest_of_body(
         self, scope: Scope, first: Message, receive: Receive, send: Send
     ) -> list[Message] | None:
-        """Read the rest of a body still arriving, under the upload caps; None if refused."""
-        client = scope.get("client")
-        address = client[0] if client else ""
-        mine = self.uploads_by_client.get(address, 0)
-        if mine >= self.max_uploads_per_client:
-            err: GatewayError = TooManyUploads("Too many uploads from this address; retry shortly.")
-            await self._refuse(scope, send, err, "client_uploads", close=True)
-            return None
-        if self.uploads >= self.max_uploads:
-            err = Overloaded("The gateway is receiving too many uploads; retry shortly.")
-            await self._refuse(scope, send, err, "uploads", close=True)
-            return None
-        self.uploads += 1
-        self.uploads_by_client[address] = mine + 1
+        """The messages of a body that did not come whole with its headers: uncounted for the
+        grace period, then, still arriving, an upload under the caps; None if refused."""
+        messages = [first]
+        reading = asyncio.ensure_future(_read_body(messages, receive, self.max_body_bytes))
         try:
-            return await _rest_of_body(first, receive, self.max_body_bytes)
+            if await _done_within(reading, self.upload_grace):
+                reading.result()  # what receive raised, if it did
+                return messages
+            client = scope.get("client")
+            address = client[0] if client else ""
+            refusal = self._upload_refusal(address)
+            if refusal is not None:
+                reading.cancel()
+                await self._refuse(scope, send, *refusal, close=True)
+                return None
+            self.uploads += 1
+            self.uploads_by_client[address] = self.uploads_by_client.get(address, 0) + 1
+            try:
+                await reading
+            finally:
+                self._upload_ended(address)
+            return messages
         finally:
-            self.uploads -= 1
-            left = self.uploads_by_client[address] - 1
-            if left:
-                self.uploads_by_client[address] = left
-            else:
-                del self.uploads_by_client[address]
+            reading.cancel()  # nothing when it is done; when this request is cancelled, it too
+
+    def _upload_refusal(self, address: str) -> tuple[GatewayError, str] | None:
+        if self.uploads_by_client.get(address, 0) >= self.max_uploads_per_client:
+            message = "Too many uploads from this address; retry shortly."
+            return TooManyUploads(message), "client_uploads"
+        if self.uploads >= self.max_uploads:
+            message = "The gateway is receiving too many uploads; retry shortly."
+            return Overloaded(message), "uploads"
+        return None
+
+    def _upload_ended(self, address: str) -> None:
+        self.uploads -= 1
+        left = self.uploads_by_client[address] - 1
+        if left:
+            self.uploads_by_client[address] = left
+        else:
+            del self.uploads_by_client[address]
 
     async def _refuse(
         self, scope: Scope, send: Send, err: GatewayError, reason: str, *, close: bool
@@ -115,17 +144,25 @@ class InFlightLimit:
         await send_response(send, err.status, err.body(), extra_headers=headers)
 
 
-async def _rest_of_body(first: Message, receive: Receive, limit: int) -> list[Message]:
-    """The body's messages up to its last (or the disconnect that ends it), as they came; past
-    ``limit`` bytes the rest is left unread, and the handler refuses it as too large (413)."""
-    messages, size = [first], len(first.get("body", b""))
+async def _done_within(task: asyncio.Future[None], seconds: float) -> bool:
+    """Whether ``task`` is done within ``seconds`` (plus the settling wait); never cancels it."""
+    await asyncio.wait((task,), timeout=seconds)
+    if not task.done():
+        await asyncio.wait((task,), timeout=_SETTLE)
+    return task.done()
+
+
+async def _read_body(messages: list[Message], receive: Receive, limit: int) -> None:
+    """Append the body's messages to ``messages`` up to its last (or the disconnect that ends
+    it), as they came; past ``limit`` bytes the rest is left unread, and the handler refuses it
+    as too large (413)."""
+    size = sum(len(m.get("body", b"")) for m in messages)
     while size <= limit and messages[-1].get("more_body", False):
         message = await receive()
         messages.append(message)
         if message["type"] != "http.request":
             break
         size += len(message.get("body", b""))
-    return messages
 
 
 class _Replay:
@@ -144,9 +181,10 @@ class _Replay:
         return await self.receive()
 
 
-def _refusal_counter(metrics: GatewayMetrics | None) -> Callable[[str], None]:
+def refusal_counter(metrics: GatewayMetrics | None) -> Callable[[str], None]:
+    """Count a refusal of the server's caps under its reason (one of ``REASONS``)."""
     if metrics is None:
         return lambda reason: None
     counter = metrics.overload_refusals
-    children = {r: counter.labels(r) for r in ("in_flight", "uploads", "client_uploads")}
+    children = {r: counter.labels(r) for r in REASONS}
     return lambda reason: children[reason].inc()

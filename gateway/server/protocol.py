@@ -13,8 +13,14 @@ connection (all values from ``server:`` in the gateway config):
 - header bytes and header lines counted as they are parsed: 431 and close;
 - a send deadline while the transport's buffer is full: the connection is aborted;
 - a connection cap: at the cap the connection idle longest (no request in progress: still
-  sending headers, or kept alive between requests) is closed to make room; when every connection
-  has a request in progress, the new one gets 503 and is closed.
+  sending headers, or kept alive between requests, or lingering after a refusal) is closed to
+  make room; when every connection has a request in progress, the new one gets 503 and is
+  closed, counted and access-logged by the app (gateway/server/refusals.py);
+- a gentle close after a refusal while the client may still be sending (the app's upload caps,
+  408, 431): the answer, then a half-close, then what still comes is read and dropped for
+  ``linger_timeout`` (or ``max_body_bytes``) until the client closes. Closed outright, the
+  kernel answers the client's next bytes with a reset, and a client still writing its body
+  (most write it all before they read) sees the reset instead of the answer.
 
 Chosen by measurement over uvicorn's own settings (``limit_concurrency`` answers 503 to *new*
 requests while slowloris connections keep their place) and the h11 protocol (twice as slow);
@@ -24,6 +30,7 @@ see loadtests/bench_hostile.py and README "Hardening".
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -31,15 +38,17 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.errors import HeaderFieldsTooLarge, Overloaded, RequestTimeout
+from gateway.server.refusals import REFUSALS_KEY, RefusalRecorder
 from gateway.server.uvicorn_config import EdgeUvicornConfig
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 _REASONS[503] = b"Service Unavailable"
 # Written before or outside the app, so built once here, by the one error tree.
+_TOO_MANY_CONNECTIONS = Overloaded("The gateway has too many connections; retry shortly.")
 _BODIES = {
     408: RequestTimeout("The request was not received in time.").body(),
     431: HeaderFieldsTooLarge("The request headers are too large or too many.").body(),
-    503: Overloaded("The gateway has too many connections; retry shortly.").body(),
+    503: _TOO_MANY_CONNECTIONS.body(),
 }
 
 
@@ -71,6 +80,9 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
         self._header_count = 0
         self._body_started = 0.0
         self._body_bytes = 0
+        self._lingering = False
+        self._linger_left = 0  # bytes still dropped while lingering before the connection closes
+        self._cycle_transport = _CycleTransport(self)
 
     # Connection life
 
@@ -79,7 +91,10 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
         if len(self.connections) > self.config.effective_max_connections and not self._evict():
             self.connections.discard(self)
             self.transport.write(raw_response(503, b"retry-after: 1\r\n"))
-            self.transport.close()
+            self.transport.close()  # no lingering here: the point is to give the socket back
+            recorder: RefusalRecorder | None = self.app_state.get(REFUSALS_KEY)
+            if recorder is not None:
+                recorder.refused("connections", _TOO_MANY_CONNECTIONS)
             return
         self.waiting[self] = None
         self._arm(self.limits.header_timeout, self._header_timeout)
@@ -103,6 +118,11 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
     # Reading the request
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering:  # answered and half-closed: what still comes is dropped, unparsed
+            self._linger_left -= len(data)
+            if self._linger_left < 0:
+                self.transport.close()
+            return
         self._unset_keepalive_if_required()
         if self._reading_head:
             self._head_raw += len(data)
@@ -165,7 +185,10 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
         self._body_started, self._body_bytes = self.loop.time(), 0
         limits = self.limits
         self._arm(min(limits.body_grace, limits.body_timeout), self._body_timeout)
+        cycle = self.cycle
         super().on_headers_complete()
+        if self.cycle is not cycle:  # a new request (not an upgrade): it closes through us
+            self.cycle.transport = self._cycle_transport
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
@@ -176,6 +199,9 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
+        if self._lingering:  # no keep-alive, no next request: the connection is ending
+            self.server_state.total_requests += 1
+            return
         super().on_response_complete()
         if not self.transport.is_closing() and not self.pipeline:
             self.waiting[self] = None  # idle between requests: first to go at the cap
@@ -197,7 +223,9 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
             return
         if self._head_raw or self._head_bytes:  # a request had begun: say why it ends
             self.transport.write(raw_response(408))
-        self.transport.close()
+            self.close_gently()
+        else:
+            self.transport.close()
 
     def _body_timeout(self) -> None:
         self._deadline = None
@@ -213,7 +241,7 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
             self.transport.write(raw_response(408))
         cycle.disconnected = True
         cycle.message_event.set()
-        self.transport.close()
+        self.close_gently()
 
     def _body_allowed(self) -> float:
         """When the body must be in: the grace period plus its bytes so far at the minimum
@@ -226,6 +254,38 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
         self._disarm()
         self.logger.warning("Refused a request: %d.", status)
         self.transport.write(raw_response(status))
+        self.close_gently()
+
+    # Closing
+
+    def close_after_answer(self) -> None:
+        """The request's cycle closes the connection (a ``connection: close`` answer, or a
+        failed one): at once when the request was read whole, else gently."""
+        cycle = self.cycle
+        if cycle is not None and cycle.more_body:
+            self.close_gently()
+        else:
+            self.transport.close()
+
+    def close_gently(self) -> None:
+        """Half-close after the answer already written; then read and drop what the client
+        still sends until it closes (its end of file closes the transport), ``linger_timeout``
+        passes or ``max_body_bytes`` are dropped."""
+        transport = self.transport
+        if transport.is_closing() or self._lingering:
+            return
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        self._lingering = True
+        self._linger_left = self.limits.max_body_bytes
+        self.waiting[self] = None  # answered: the cap may close it to make room
+        self._arm(self.limits.linger_timeout, self._linger_expired)
+        self.flow.resume_reading()  # a body past the high-water mark had paused reading
+        transport.write_eof()  # sent once the answer is: the client reads it, then the end
+
+    def _linger_expired(self) -> None:
+        self._deadline = None
         self.transport.close()
 
     # Writing the answer
@@ -244,3 +304,31 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
     def _send_expired(self) -> None:
         self._send_deadline = None
         self.transport.abort()  # close() would wait for the unread buffer to drain
+
+
+class _CycleTransport(asyncio.Transport):
+    """What a request's cycle (uvicorn's ``RequestResponseCycle``) writes to: the connection's
+    transport, except that its close is the protocol's, which lingers while a body is arriving.
+    One per connection; the cycle only writes, asks whether it is closing, and closes.
+
+    It holds its protocol weakly: a strong reference would make every connection a reference
+    cycle (the protocol holds it), freed only by the cyclic collector, which the served process
+    runs rarely (gateway/server/memory.py), so memory would grow with the connections."""
+
+    def __init__(self, protocol: EdgeHttpToolsProtocol) -> None:
+        super().__init__()
+        self._protocol = weakref.ref(protocol)
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        protocol = self._protocol()
+        if protocol is not None:
+            protocol.transport.write(data)
+
+    def is_closing(self) -> bool:
+        protocol = self._protocol()
+        return protocol is None or protocol.transport.is_closing()
+
+    def close(self) -> None:
+        protocol = self._protocol()
+        if protocol is not None:
+            protocol.close_after_answer()

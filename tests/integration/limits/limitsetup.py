@@ -23,9 +23,7 @@ def limited_config(
         "models": {MODEL: {"pool": "sim"}},
         "limits": limits,
         "storage": {"url": f"sqlite:///{tmp_path}/gateway.db"},
-        # Up to 48 clients on one address, whose bodies may arrive after their headers on a
-        # loaded machine (an upload, to the edge's per-client cap): these tests measure limits.
-        "server": {"access_log": False, "max_tokens_limit": 100_000, "max_uploads_per_client": 256},
+        "server": {"access_log": False, "max_tokens_limit": 100_000},
         **extra,
     }
 

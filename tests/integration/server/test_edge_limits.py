@@ -158,3 +158,46 @@ def test_connection_cap_evicts_the_longest_idle(
         finally:
             for sock in idle:
                 sock.close()
+
+
+def test_a_connection_past_the_cap_is_refused_counted_and_logged(
+    sim: SimProcess,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    config = gateway_config(sim.url)
+    config["server"] = {"max_connections": 4, "access_log": True}
+    with start_gateway(config, tmp_path) as gateway:
+        files_before = open_files(gateway.proc.pid)
+        busy = [connect(gateway) for _ in range(4)]
+        try:
+            for sock in busy:  # a request in progress on each: none may be closed for room
+                sock.sendall(
+                    b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                    b'content-length: 100000\r\n\r\n{"model": '
+                )
+            with connect(gateway) as extra:
+                extra.settimeout(30)
+                answer = read_all(extra)
+        finally:
+            for sock in busy:
+                sock.close()
+        # The busy ones closed on the gateway's side too, so /metrics finds room.
+        deadline = time.monotonic() + 30
+        while open_files(gateway.proc.pid) > files_before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        metrics = httpx.get(gateway.url + "/metrics", timeout=10).text
+        refused = 'gateway_overload_refusals_total{reason="connections"} '
+        counted = [line for line in metrics.splitlines() if line.startswith(refused)]
+
+        def logged() -> list[dict[str, object]]:
+            entries = gateway.access_log()
+            return [e for e in entries if e.get("error_code") == "server_overloaded"]
+
+        deadline = time.monotonic() + 30
+        while not logged() and time.monotonic() < deadline:
+            time.sleep(0.05)  # the access log is written in batches
+        lines = logged()
+    assert answer.startswith(b"HTTP/1.1 503 "), answer[:100]
+    assert b'"code":"server_overloaded"' in answer
+    assert counted == [refused + "1.0"]
+    assert [(e["status"], e["method"], e["path"]) for e in lines] == [(503, None, None)]

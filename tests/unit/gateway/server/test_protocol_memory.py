@@ -1,0 +1,68 @@
+"""A closed connection's edge protocol is freed by reference counting alone: the served process
+runs the cyclic collector rarely (gateway/server/memory.py), so a reference cycle per
+connection would make memory grow with the connections served."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import Iterator
+
+import pytest
+import uvicorn
+
+from gateway.asgi import Receive, Scope, Send, send_response
+from gateway.config import ServerConfig
+from gateway.server.protocol import EdgeHttpToolsProtocol
+from gateway.server.uvicorn_config import EdgeUvicornConfig
+
+
+async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
+    """Answers before the body is in, and closes: the path that lingers."""
+    if scope["type"] != "http":
+        return
+    await send_response(send, 429, b"{}", extra_headers=[(b"connection", b"close")])
+
+
+@pytest.fixture
+def no_cyclic_collector() -> Iterator[None]:
+    gc.collect()
+    gc.disable()
+    yield
+    gc.enable()
+
+
+def protocols() -> int:
+    return sum(isinstance(o, EdgeHttpToolsProtocol) for o in gc.get_objects())
+
+
+@pytest.mark.usefixtures("no_cyclic_collector")
+async def test_closed_connections_leave_no_protocol_behind() -> None:
+    config = EdgeUvicornConfig(
+        refuse,
+        host="127.0.0.1",
+        port=0,
+        http=EdgeHttpToolsProtocol,
+        lifespan="off",
+        log_level="warning",
+        limits=ServerConfig(),
+        max_connections=100,
+    )
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    for _ in range(20):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n{")
+        assert (await reader.read(100)).startswith(b"HTTP/1.1 429 ")
+        writer.close()
+        await writer.wait_closed()
+    for _ in range(1000):  # until the gateway's side has seen every end
+        if not server.server_state.connections:
+            break
+        await asyncio.sleep(0.01)
+    server.should_exit = True
+    await serving
+    assert protocols() == 0
