@@ -187,8 +187,8 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
         self._arm(min(limits.body_grace, limits.body_timeout), self._body_timeout)
         cycle = self.cycle
         super().on_headers_complete()
-        if self.cycle is not cycle:  # a new request (not an upgrade): it closes through us
-            self.cycle.transport = self._cycle_transport
+        if self.cycle is not cycle:  # a new request (not an upgrade): while its body is
+            self.cycle.transport = self._cycle_transport  # arriving, it closes through us
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
@@ -196,6 +196,11 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._disarm()
+        cycle = self.cycle
+        if cycle is not None and cycle.transport is self._cycle_transport:
+            # Read whole: a close is at once again, so the answer's writes (a stream's every
+            # event) go straight to the transport, not through the wrapper's extra calls.
+            cycle.transport = self.transport
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
@@ -309,7 +314,9 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
 class _CycleTransport(asyncio.Transport):
     """What a request's cycle (uvicorn's ``RequestResponseCycle``) writes to: the connection's
     transport, except that its close is the protocol's, which lingers while a body is arriving.
-    One per connection; the cycle only writes, asks whether it is closing, and closes.
+    One per connection, given to a request's cycle from the end of its headers to the end of its
+    body (a request read whole writes to the transport itself); the cycle only writes, asks
+    whether it is closing, and closes.
 
     It holds its protocol weakly: a strong reference would make every connection a reference
     cycle (the protocol holds it), freed only by the cyclic collector, which the served process

@@ -1,12 +1,16 @@
-"""A closed connection's edge protocol is freed by reference counting alone: the served process
-runs the cyclic collector rarely (gateway/server/memory.py), so a reference cycle per
-connection would make memory grow with the connections served."""
+"""The edge protocol's cost per connection and per write.
+
+A closed connection's protocol is freed by reference counting alone: the served process runs the
+cyclic collector rarely (gateway/server/memory.py), so a reference cycle per connection would make
+memory grow with the connections served. And a request read whole writes its answer straight to
+the transport: the wrapper that makes a close gentle while a body arrives would otherwise cost
+every event of every stream a few calls more."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 import uvicorn
@@ -36,10 +40,11 @@ def protocols() -> int:
     return sum(isinstance(o, EdgeHttpToolsProtocol) for o in gc.get_objects())
 
 
-@pytest.mark.usefixtures("no_cyclic_collector")
-async def test_closed_connections_leave_no_protocol_behind() -> None:
+async def start(
+    app: Callable[[Scope, Receive, Send], Awaitable[None]],
+) -> tuple[uvicorn.Server, asyncio.Task[None], int]:
     config = EdgeUvicornConfig(
-        refuse,
+        app,
         host="127.0.0.1",
         port=0,
         http=EdgeHttpToolsProtocol,
@@ -52,7 +57,12 @@ async def test_closed_connections_leave_no_protocol_behind() -> None:
     serving = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
+    return server, serving, server.servers[0].sockets[0].getsockname()[1]
+
+
+@pytest.mark.usefixtures("no_cyclic_collector")
+async def test_closed_connections_leave_no_protocol_behind() -> None:
+    server, serving, port = await start(refuse)
     for _ in range(20):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n{")
@@ -66,3 +76,37 @@ async def test_closed_connections_leave_no_protocol_behind() -> None:
     server.should_exit = True
     await serving
     assert protocols() == 0
+
+
+async def test_only_a_body_still_arriving_writes_through_the_wrapper() -> None:
+    straight: list[bool] = []
+    server: uvicorn.Server | None = None
+
+    async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["path"] == "/whole":
+            await receive()  # the body, whole
+        assert server is not None
+        (protocol,) = server.server_state.connections
+        assert isinstance(protocol, EdgeHttpToolsProtocol) and protocol.cycle is not None
+        straight.append(protocol.cycle.transport is protocol.transport)
+        await send_response(send, 200, b"{}", extra_headers=[(b"connection", b"close")])
+
+    server, serving, port = await start(answer)
+    try:
+        for path, body in (("/whole", b"{}"), ("/arriving", b"{")):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            head = b"POST %s HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n" % path.encode()
+            writer.write(head + body)
+            assert (await reader.read(100)).startswith(b"HTTP/1.1 200 ")
+            writer.close()
+            await writer.wait_closed()
+            for _ in range(1000):  # one connection at a time: the next request finds only its own
+                if not server.server_state.connections:
+                    break
+                await asyncio.sleep(0.01)
+    finally:
+        server.should_exit = True
+        await serving
+    assert straight == [True, False]
