@@ -45,11 +45,13 @@ class SimProcess:
         return records
 
     def wait_for_requests(
-        self, count: int, *, timeout: float = 5.0, done: bool = False
+        self, count: int, *, timeout: float = 60.0, done: bool = False
     ) -> list[dict[str, Any]]:
         """Poll until at least ``count`` records exist (and, with ``done``, all are settled).
 
-        A record is settled when it completed or was cancelled.
+        A record is settled when it completed or was cancelled. The deadline is generous: it
+        costs nothing when the records come, and on a loaded machine 20 streams started by as
+        many threads took more than 5 s to reach the simulator.
         """
         deadline = time.monotonic() + timeout
         while True:
