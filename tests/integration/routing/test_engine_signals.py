@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 
 import httpx
 import pytest
@@ -64,6 +65,20 @@ async def until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> 
         await asyncio.sleep(0.02)
 
 
+@asynccontextmanager
+async def watching(pool: Pool) -> AsyncIterator[None]:
+    """The pool's scrapers run inside the block and are stopped, with their client, after it."""
+    signals = EngineSignals()
+    tasks = signals.watch(pool)
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await signals.aclose()
+
+
 async def test_the_pool_and_its_replica_read_the_simulators_gauges(
     capacity_sim: SimProcess,
 ) -> None:
@@ -72,15 +87,13 @@ async def test_the_pool_and_its_replica_read_the_simulators_gauges(
     pool = scraped_pool(capacity_sim, capacity_sim.url + "/metrics")
     replica_gauges = pool.replicas[0].gauges
     assert replica_gauges is not None
-    signals = EngineSignals()
-    tasks = signals.watch(pool)
     body = {
         "model": "sim-model",
         "messages": [{"role": "user", "content": "keep talking"}],
         "max_tokens": 2000,
         "stream": True,
     }
-    try:
+    async with watching(pool):
         await until(lambda: pool.gauges.fresh() is not None, "a fresh pool reading")
         reading = pool.gauges.fresh()
         assert reading is not None and reading.series >= 1  # the engine's series matched
@@ -102,28 +115,16 @@ async def test_the_pool_and_its_replica_read_the_simulators_gauges(
             "the stream gone from the reading once the client left",
         )
         assert pool.gauges.last_error is None
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await signals.aclose()
 
 
 async def test_an_endpoint_that_answers_404_is_a_failed_reading_not_an_error(
     capacity_sim: SimProcess,
 ) -> None:
     pool = scraped_pool(capacity_sim, capacity_sim.url + "/no-metrics-here")
-    signals = EngineSignals()
-    tasks = signals.watch(pool)
-    try:
+    async with watching(pool):
         await until(lambda: pool.gauges.last_error is not None, "the failed scrape noted")
         assert pool.gauges.fresh() is None  # routing keeps the gateway's own view
         assert pool.saturation() is None
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await signals.aclose()
 
 
 async def test_a_body_past_the_bound_is_refused_and_its_connection_dropped(
