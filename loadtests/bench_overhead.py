@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import math
 import os
@@ -627,6 +628,23 @@ def memory_run(target: Target, total: int) -> list[tuple[int, float]]:
     return samples
 
 
+def clock_line() -> str:
+    """The machine's clock source and what one reading costs: every request reads the clock
+    several times (gateway-full more than the bare gateway: limits, key ages, ledger times), and
+    a clock source without a vDSO path (not ``tsc``/``kvm-clock``) turns each reading into a
+    system call, which these figures would then carry."""
+    path = Path("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+    source = path.read_text().strip() if path.exists() else "unknown"
+    costs = []
+    for name, read in (("time.time", time.time), ("time.perf_counter", time.perf_counter)):
+        n = 200_000
+        started = time.perf_counter()
+        for _ in range(n):
+            read()
+        costs.append(f"{name}() {(time.perf_counter() - started) / n * 1e9:.0f} ns")
+    return f"Clock source: {source}; one reading: " + ", ".join(costs)
+
+
 def report(results: list[Result], memory: list[tuple[int, float]]) -> str:
     by = {(r.target, r.mode, r.concurrency): r for r in results}
     lines = [
@@ -694,10 +712,13 @@ def main() -> None:
         help="gateway workers; above 1 nothing is pinned (the machine has 2 cores)",
     )
     parser.add_argument(
-        "--profile", type=Path, help="instead of the matrix: py-spy of gateway-full into DIR"
+        "--profile", type=Path, help="instead of the matrix: py-spy of --profile-target into DIR"
     )
     parser.add_argument(
-        "--profile-target", choices=["gateway", "gateway-full"], default="gateway-full"
+        "--profile-target", choices=["floor", "gateway", "gateway-full"], default="gateway-full"
+    )
+    parser.add_argument(
+        "--profile-concurrency", type=int, default=64, help="the profile's wrk connections"
     )
     parser.add_argument(
         "--tree",
@@ -737,15 +758,16 @@ def main() -> None:
             return
         with tempfile.TemporaryDirectory() as tmp:
             if args.profile:
-                full = args.profile_target == "gateway-full"
+                profiled = functools.partial(profile_target, procs, Path(tmp), args.profile_target)
                 if not args.only_paced:
-                    profile(start_gateway(procs, sim, Path(tmp), full), args.profile, args.seconds)
+                    profile(profiled(sim), args.profile, args.seconds, args.profile_concurrency)
                 if args.paced:
                     paced_sim = start_sim(procs, "fast", args.pace_ms)
                     wait_http(paced_sim + "/health")
-                    gateway = start_gateway(procs, paced_sim, Path(tmp), full)
                     streams = max(int(c) for c in args.paced.split(","))
-                    profile_paced(gateway, args.profile, args.seconds, streams, args.pace_ms)
+                    profile_paced(
+                        profiled(paced_sim), args.profile, args.seconds, streams, args.pace_ms
+                    )
                 return
             wanted = args.targets.split(",")
             trees = [
@@ -781,7 +803,7 @@ def main() -> None:
         text = report(results, memory) if results else ""
         if paced:
             text += "\n\n" + paced_report(paced)
-        print(text)
+        print(text + "\n\n" + clock_line())
         if args.out:
             args.out.write_text(
                 json.dumps(
@@ -822,8 +844,15 @@ def start_targets(
     return targets
 
 
-def profile(target: Target, out: Path, seconds: float) -> None:
-    """py-spy samples of the gateway under wrk at concurrency 64, JSON then SSE, as collapsed
+def profile_target(procs: Processes, tmp: Path, name: str, upstream: str) -> Target:
+    """The one proxy a profile samples: the floor, the bare gateway or gateway-full."""
+    if name == "floor":
+        return start_floor(procs, upstream, "aiohttp")
+    return start_gateway(procs, upstream, tmp, name == "gateway-full")
+
+
+def profile(target: Target, out: Path, seconds: float, concurrency: int = 64) -> None:
+    """py-spy samples of the gateway under wrk at ``concurrency``, JSON then SSE, as collapsed
     stacks (``stage_breakdown.py`` sorts them into the pipeline's stages); plus the CPU time per
     request of the same run, to turn shares into microseconds."""
     url, pid = target.url, target.pid
@@ -831,11 +860,11 @@ def profile(target: Target, out: Path, seconds: float) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for stream in (False, True):
         mode = "stream" if stream else "json"
-        wrk(url, 64, 2, stream, target.api_key)
+        wrk(url, concurrency, 2, stream, target.api_key)
         spy = _py_spy(pid, seconds, out / f"{mode}.txt")
         time.sleep(0.5)
         cpu_before = cpu_seconds(pid)
-        rps, _, _, count = wrk(url, 64, seconds - 1, stream, target.api_key)
+        rps, _, _, count = wrk(url, concurrency, seconds - 1, stream, target.api_key)
         cpu = (cpu_seconds(pid) - cpu_before) / count * 1e6
         spy.wait()
         (out / f"{mode}.json").write_text(json.dumps({"rps": rps, "cpu_us_per_request": cpu}))
