@@ -1,8 +1,9 @@
 """The one clock a gateway app reads, injected by the app factory: the seam for time.
 
 Every part that measures time reads the app's :class:`Clock` (the limiter's windows, the key
-cache's ages, the canary judge's window and its events, the breakers and the retry budget, the
-ledger's timestamps), so a test advances time instead of sleeping through it::
+cache's ages, the canary judge's window and its events, the shared judge's cadence, the breakers
+and the retry budget, the ledger's timestamps), so a test advances time instead of sleeping
+through it::
 
     clock = ManualClock()
     app = create_app(config, clock=clock)

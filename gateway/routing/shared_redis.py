@@ -22,8 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -82,6 +82,7 @@ class RedisCanaries:
         sync_seconds: float = SYNC_SECONDS,
         judge_seconds: float = JUDGE_SECONDS,
         clock: Clock = SYSTEM_CLOCK,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._redis = aioredis.Redis.from_url(
             url, socket_timeout=timeout, socket_connect_timeout=timeout
@@ -96,7 +97,8 @@ class RedisCanaries:
         self._judge_seconds = judge_seconds
         self._task: asyncio.Task[None] | None = None
         self._failing = False
-        self._clock = clock  # the decisions' times; the sync loop keeps real time (it sleeps)
+        self._clock = clock  # the decisions' times and when the loop judges
+        self._sleep = sleep  # the wait between syncs: a test decides when the next sync runs
 
     def describe(self) -> str:
         return f"redis (replica {self.replica})"
@@ -117,7 +119,7 @@ class RedisCanaries:
     async def _run(self, routers: Routers) -> None:
         judged_at = 0.0
         while True:
-            now = time.monotonic()
+            now = self._clock.monotonic()
             judge = now - judged_at >= self._judge_seconds
             if judge:
                 judged_at = now
@@ -126,7 +128,7 @@ class RedisCanaries:
                 self._recovered()
             except (RedisError, OSError) as err:
                 self._failed(err)
-            await asyncio.sleep(self._sync_seconds)
+            await self._sleep(self._sync_seconds)
 
     async def sync(self, routers: Routers, *, judge: bool) -> None:
         """Push and judge (``judge``), then read and apply the rollback state, per model."""

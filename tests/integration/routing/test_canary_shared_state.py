@@ -1,23 +1,27 @@
 """The deployment's canary judgement on a real Redis: two replicas' routers, one decision.
 
 Each "replica" is a router with its own ``RedisCanaries`` (its own replica id); ``sync`` is
-called directly, so the test says when each replica pushes, judges and reads.
+called directly, so the test says when each replica pushes, judges and reads. The sync loop's own
+cadence runs on a :class:`ManualClock` with its sleep held by the test (:class:`Sleeps`): one
+``tick`` is one more sync, so how late a replica applies a rollback is counted in syncs, not timed.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
 import redis
 
+from gateway.clock import SYSTEM_CLOCK, Clock, ManualClock
 from gateway.config import parse_config
 from gateway.metrics import GatewayMetrics
 from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.pools import Pool
 from gateway.routing.router import ModelRouter
-from gateway.routing.shared_redis import RedisCanaries
+from gateway.routing.shared_redis import JUDGE_SECONDS, SYNC_SECONDS, RedisCanaries
 from gateway.runtime.table import build_routing
 from tests.redisserver import RedisServer, redis_available, spawn_redis
 
@@ -44,16 +48,48 @@ def server() -> Iterator[RedisServer]:
     server.stop()
 
 
+class Sleeps:
+    """A sync loop's sleep that lasts until the test wakes it: ``tick`` runs one more sync."""
+
+    def __init__(self) -> None:
+        self.asked: list[float] = []
+        """The seconds the loop asked to sleep, one entry per sync it ran."""
+        self._asleep = asyncio.Event()
+        self._wake = asyncio.Event()
+
+    async def sleep(self, seconds: float) -> None:
+        self.asked.append(seconds)
+        self._asleep.set()
+        await self._wake.wait()
+        self._wake.clear()
+
+    async def asleep(self) -> None:
+        """Until the loop has run its sync and waits for the next (a deadline, not a timing)."""
+        await asyncio.wait_for(self._asleep.wait(), 10)
+
+    async def tick(self) -> None:
+        self._asleep.clear()
+        self._wake.set()
+        await self.asleep()
+
+
 class Replica:
-    def __init__(self, url: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        clock: Clock = SYSTEM_CLOCK,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         config = parse_config(CONFIG, env={})
         pools = {name: Pool(name, p) for name, p in config.pools.items()}
         self.gateway_metrics = GatewayMetrics()
         self.metrics = RoutingMetrics(self.gateway_metrics)
-        self.router = ModelRouter("m", config.models["m"], pools)
+        self.router = ModelRouter("m", config.models["m"], pools, clock.monotonic, clock.wall)
         self.router.judge_locally = False
         self.router.on_rollback = build_routing(config, self.metrics).on_rollback(self.router)
-        self.canaries = RedisCanaries(url, prefix="test:canary", metrics=self.metrics)
+        self.canaries = RedisCanaries(
+            url, prefix="test:canary", metrics=self.metrics, clock=clock, sleep=sleep
+        )
 
     async def sync(self, judge: bool = True) -> None:
         await self.canaries.sync(lambda: [self.router], judge=judge)
@@ -130,3 +166,43 @@ async def test_a_rollback_survives_redis_losing_it(
         assert fresh.router.variants["canary"].rolled_back
     finally:
         await fresh.canaries.aclose()
+
+
+async def test_a_replica_applies_a_rollback_decided_elsewhere_at_its_next_sync(
+    server: RedisServer,
+) -> None:
+    """The bound on how late a replica stops sending to a rolled back canary: its next sync,
+    one sync period after the decision, even when that sync does not judge (judging is every
+    JUDGE_SECONDS, reading the state every SYNC_SECONDS)."""
+    redis.Redis.from_url(server.url).flushall()
+    clock = ManualClock()
+    sleeps_a, sleeps_b = Sleeps(), Sleeps()
+    a = Replica(server.url, clock, sleeps_a.sleep)
+    b = Replica(server.url, clock, sleeps_b.sleep)
+    try:
+        await a.canaries.start(lambda: [a.router])
+        await sleeps_a.asleep()  # a's first sync: judged, nothing to judge yet
+        clock.advance(JUDGE_SECONDS - SYNC_SECONDS)
+        await b.canaries.start(lambda: [b.router])
+        await sleeps_b.asleep()  # b judged later than a: its next sync only reads the state
+        clock.advance(SYNC_SECONDS)
+        for _ in range(12):
+            a.router.observe(a.router.variants["canary"], True, None)
+        await sleeps_a.tick()  # a's judging sync decides
+        canary_a, canary_b = a.router.variants["canary"], b.router.variants["canary"]
+        assert canary_a.rolled_back and not canary_b.rolled_back
+        assert canary_a.rollback is not None
+        clock.advance(SYNC_SECONDS)
+        b.router.observe(b.router.variants["stable"], False, 0.01)
+        await sleeps_b.tick()  # b's next sync, a reading one: it applies a's decision
+        assert b.router.variants["stable"].unsent  # not pushed: that sync did not judge
+        assert canary_b.rolled_back and canary_b.weight == 0
+        assert canary_b.rollback is not None and canary_b.rollback.by == a.canaries.replica
+        assert canary_b.rollback.at == canary_a.rollback.at
+        assert canary_b.rollback_applied_at is not None
+        assert canary_b.rollback_applied_at - canary_a.rollback.at <= SYNC_SECONDS
+        assert sleeps_b.asked == [SYNC_SECONDS, SYNC_SECONDS]  # a period between syncs
+        assert (a.rollbacks(), b.rollbacks()) == (1, 0)  # one decision, counted once
+    finally:
+        await a.canaries.aclose()
+        await b.canaries.aclose()

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import openai
@@ -182,9 +181,8 @@ def test_an_unreachable_collector_does_not_hold_up_shutdown(sim: SimProcess, tmp
         openai.OpenAI(base_url=gateway.base_url, api_key="x", max_retries=0) as client,
     ):
         client.completions.create(model=MODEL, prompt="x", max_tokens=2)
-        started = time.monotonic()
         gateway.stop()
-        took = time.monotonic() - started
-    # The exporter alone would retry for its 10 s export timeout before letting the process go.
-    assert took < 6, took
+    # The process went through its whole shutdown, not killed at stop()'s deadline. That the
+    # flush does not wait for the stuck exporter is checked without a clock in
+    # tests/unit/gateway/telemetry/test_provider.py (a wall bound here flakes on a loaded machine).
     assert "Application shutdown complete" in gateway.logs()
