@@ -718,6 +718,9 @@ def main() -> None:
         "--profile-target", choices=["floor", "gateway", "gateway-full"], default="gateway-full"
     )
     parser.add_argument(
+        "--profile-tree", type=Path, help="profile the gateway of another source tree"
+    )
+    parser.add_argument(
         "--profile-concurrency", type=int, default=64, help="the profile's wrk connections"
     )
     parser.add_argument(
@@ -758,7 +761,9 @@ def main() -> None:
             return
         with tempfile.TemporaryDirectory() as tmp:
             if args.profile:
-                profiled = functools.partial(profile_target, procs, Path(tmp), args.profile_target)
+                profiled = functools.partial(
+                    profile_target, procs, Path(tmp), args.profile_target, args.profile_tree
+                )
                 if not args.only_paced:
                     profile(profiled(sim), args.profile, args.seconds, args.profile_concurrency)
                 if args.paced:
@@ -844,11 +849,14 @@ def start_targets(
     return targets
 
 
-def profile_target(procs: Processes, tmp: Path, name: str, upstream: str) -> Target:
-    """The one proxy a profile samples: the floor, the bare gateway or gateway-full."""
+def profile_target(
+    procs: Processes, tmp: Path, name: str, tree: Path | None, upstream: str
+) -> Target:
+    """The one proxy a profile samples: the floor, the bare gateway or gateway-full (of
+    ``tree``, another source tree, when given)."""
     if name == "floor":
         return start_floor(procs, upstream, "aiohttp")
-    return start_gateway(procs, upstream, tmp, name == "gateway-full")
+    return start_gateway(procs, upstream, tmp, name == "gateway-full", tree=tree)
 
 
 def profile(target: Target, out: Path, seconds: float, concurrency: int = 64) -> None:
