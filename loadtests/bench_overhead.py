@@ -42,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import aiohttp
@@ -371,11 +371,21 @@ def rss_mb(pid: int) -> float:
 
 def cpu_seconds(pid: int) -> float:
     """CPU time of ``pid`` and its live descendants (uvicorn's worker processes)."""
-    total = 0.0
-    for proc in [pid, *descendants(pid)]:
-        fields = Path(f"/proc/{proc}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime + stime
-    return total / os.sysconf("SC_CLK_TCK")
+    return sum(process_cpu(proc) for proc in [pid, *descendants(pid)])
+
+
+def process_cpu(pid: int) -> float:
+    """A process's CPU time, every thread's, as the scheduler accounts it: its CPU-time clock
+    (``clock_getcpuclockid``: nanoseconds of run time). ``/proc/PID/stat``'s utime and stime
+    count clock ticks (10 ms here), coarse for a paced cell's window, in which a proxy runs for
+    a few tenths of a second in bursts of a fraction of a tick. The tick counts remain the
+    fallback where the clock cannot be read (another user's process)."""
+    clock = (~pid << 3) | 2  # MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED), as glibc builds it
+    try:
+        return time.clock_gettime(clock)
+    except OSError:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 def descendants(pid: int) -> list[int]:
@@ -458,6 +468,11 @@ class PacedResult:
     upstream_core: float
     loadgen_core: float
     """wrk's and the TTFB probe's shares of the load core (beside the upstream's)."""
+    x_floor: tuple[float, float, float] | None = None
+    """CPU per stream over the floor's of the same round: the median, lowest and highest of the
+    rounds. The machine's speed drifts between rounds (the floor's own figure moved by 70%
+    between runs on the 2-core VM); a round's target and floor run a few seconds apart, so their
+    ratio carries less of the drift than the ratio of two medians taken from different rounds."""
 
 
 def paced_cell(
@@ -563,25 +578,44 @@ def run_paced(
     rounds: int,
 ) -> list[PacedResult]:
     """Every paced cell for every target in turn, ``rounds`` times; each cell's median round
-    by CPU per stream (the direct cell's by its TTFB)."""
+    by CPU per stream (the direct cell's by its TTFB), with its rounds' ratios to the floor."""
     results = []
     for concurrency in concurrencies:
         runs: dict[str, list[PacedResult]] = {name: [] for name in targets}
         for _ in range(rounds):
             for name, target in targets.items():
                 runs[name].append(paced_cell(name, target, sim_pid, concurrency, seconds, pace_ms))
+        floors = runs.get("floor")
         for cell in runs.values():
+            ratios = _round_ratios(cell, floors)
             cell.sort(key=lambda r: r.cpu_us_per_stream or r.ttfb_p50_ms)
-            results.append(cell[len(cell) // 2])
-            print(json.dumps(asdict(cell[len(cell) // 2])), file=sys.stderr)
+            median = replace(cell[len(cell) // 2], x_floor=ratios)
+            results.append(median)
+            print(json.dumps(asdict(median)), file=sys.stderr)
     return results
+
+
+def _round_ratios(
+    cell: list[PacedResult], floors: list[PacedResult] | None
+) -> tuple[float, float, float] | None:
+    """The median, lowest and highest of a cell's CPU per stream over its round's floor."""
+    if floors is None:
+        return None
+    ratios = [
+        r.cpu_us_per_stream / f.cpu_us_per_stream
+        for r, f in zip(cell, floors, strict=True)
+        if r.cpu_us_per_stream and f.cpu_us_per_stream
+    ]
+    if not ratios:
+        return None
+    return statistics.median(ratios), min(ratios), max(ratios)
 
 
 def paced_report(results: list[PacedResult]) -> str:
     by = {(r.target, r.concurrency): r for r in results}
     lines = [
         "| paced streams | target | streams/s | stream ms | TTFB p50 ms | added TTFB p50 ms "
-        "| CPU us/stream | x floor | proxy core | upstream core | load generator core |",
+        "| CPU us/stream | x floor (rounds) | proxy core | upstream core | load generator core |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
@@ -589,11 +623,12 @@ def paced_report(results: list[PacedResult]) -> str:
         floor = by.get(("floor", r.concurrency))
         added = r.ttfb_p50_ms - direct.ttfb_p50_ms
         cpu = f"{r.cpu_us_per_stream:.0f}" if r.cpu_us_per_stream else ""
-        ratio = (
-            f"{r.cpu_us_per_stream / floor.cpu_us_per_stream:.2f}x"
-            if floor and floor.cpu_us_per_stream and r.cpu_us_per_stream
-            else ""
-        )
+        ratio = ""
+        if r.x_floor is not None and r.target != "floor":
+            median, low, high = r.x_floor
+            ratio = f"{median:.2f}x ({low:.2f}-{high:.2f})" if low != high else f"{median:.2f}x"
+        elif floor and floor.cpu_us_per_stream and r.cpu_us_per_stream:
+            ratio = f"{r.cpu_us_per_stream / floor.cpu_us_per_stream:.2f}x"
         core = f"{r.proxy_core:.0%}" if r.proxy_core is not None else ""
         floor_added = floor.ttfb_p50_ms - direct.ttfb_p50_ms if floor else None
         added_text = f"{added:.3f}"

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +135,7 @@ async def measure(config_path: Path, api_key: str, requests: int) -> dict[str, f
     )
     statuses: list[int] = []
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         if message["type"] == "http.response.start":
             statuses.append(message["status"])
 
