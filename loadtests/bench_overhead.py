@@ -14,7 +14,7 @@ ledger in SQLite). Then gateway-full serves 100k requests while its resident mem
 The paced case (``--paced 64,256``, ``--pace-ms 20``) is a stream as an engine sends it: a second
 fast simulator sends a token every 20 ms, so a proxy reads one event a read (unpaced, it reads
 several: the meter's fast path), and each proxy holds hundreds of streams open. Its figure is the
-proxy's CPU time per stream (user + sys from /proc, over a window in the steady state; streams
+proxy's CPU time per stream (its CPU-time clock, over a window in the steady state; streams
 served in it by Little's law), which a shared machine's load moves far less than a throughput
 ratio, and the added time to first byte under that load, against the floor's; the upstream's
 and the load generator's shares of their core are reported beside them (the headroom).
@@ -462,7 +462,7 @@ class PacedResult:
     ttfb_p50_ms: float
     ttfb_p99_ms: float
     cpu_us_per_stream: float | None
-    """The proxy's own CPU (user + sys, /proc) in the window, per stream served in it."""
+    """The proxy's own CPU (its CPU-time clock) in the window, per stream served in it."""
     proxy_core: float | None
     """The proxy's share of its core in the window: near 1 it is saturated and pacing slips."""
     upstream_core: float
