@@ -1,0 +1,56 @@
+"""The OpenAPI check itself: it passes OpenAI's own shapes and fails the defects it exists for."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from gateway.responses.objects import ResponseShell
+from tests.conformance.openapi_check import check_answer, operation_of
+
+SHELL = ResponseShell.of({"model": "m", "input": "hi"}, "ab12", 1_760_000_000)
+
+
+def test_a_gateway_response_object_conforms_and_a_null_user_does_not() -> None:
+    body = SHELL.response("completed", completed_at=1_760_000_001)
+    assert check_answer("POST", "/v1/responses", 200, "application/json", orjson.dumps(body))
+    with pytest.raises(AssertionError, match="user"):
+        check_answer(
+            "POST", "/v1/responses", 200, "application/json", orjson.dumps({**body, "user": None})
+        )
+
+
+def test_each_stream_event_is_checked_against_its_own_schema() -> None:
+    created = {"type": "response.created", "sequence_number": 0, "response": SHELL.response("x")}
+    good = b"event: response.created\ndata: " + orjson.dumps(created) + b"\n\n"
+    with pytest.raises(AssertionError, match="status"):  # "x" is no status
+        check_answer("POST", "/v1/responses", 200, "text/event-stream", good)
+    created["response"] = SHELL.response("in_progress")
+    good = b"data: " + orjson.dumps(created) + b"\n\n"
+    assert check_answer("POST", "/v1/responses", 200, "text/event-stream", good)
+    unnumbered = {k: v for k, v in created.items() if k != "sequence_number"}
+    with pytest.raises(AssertionError, match="sequence_number"):
+        check_answer(
+            "POST", "/v1/responses", 200, "text/event-stream", b"data: " + orjson.dumps(unnumbered)
+        )
+
+
+def test_errors_are_openai_shaped_and_unknown_successes_fail() -> None:
+    error = {
+        "error": {"message": "no", "type": "invalid_request_error", "param": None, "code": None}
+    }
+    assert check_answer(
+        "POST", "/v1/chat/completions", 400, "application/json", orjson.dumps(error)
+    )
+    with pytest.raises(AssertionError, match="param"):
+        bare = {"error": {"message": "no", "type": "invalid_request_error", "code": None}}
+        check_answer("POST", "/v1/chat/completions", 400, "application/json", orjson.dumps(bare))
+    with pytest.raises(AssertionError, match="not an answer"):
+        check_answer("POST", "/v1/chat/completions", 201, "application/json", b"{}")
+
+
+def test_paths_resolve_literal_before_templated_and_the_gateways_own_are_not_checked() -> None:
+    compact = operation_of("POST", "/v1/responses/compact")
+    assert compact is not None and "200" in compact["responses"]
+    assert operation_of("GET", "/v1/responses/resp_1") is not None
+    assert not check_answer("GET", "/health", 200, "application/json", b"{}")
