@@ -15,7 +15,6 @@ from typing import Any
 
 import yaml
 
-
 # The real local stack's model names (pd-serve local up), so the README's snippets work on both.
 SIM_MODELS = ("tiny", "tiny-pd", "tiny-colocated")
 
