@@ -160,7 +160,12 @@ async def test_a_native_pool_gets_the_clients_body(tmp_path: Path) -> None:
         ({"tools": [{"type": "file_search"}]}, "tools[0].type", "Built-in tools"),
         ({"background": True}, "background", "Background"),
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type", "not supported"),
-        ({"max_output_tokens": 0}, "max_output_tokens", "positive"),
+        ({"max_output_tokens": 0}, "max_output_tokens", "Expected a value >= 16"),
+        ({"max_output_tokens": 15}, "max_output_tokens", "below minimum value"),
+        ({"temperature": 3}, "temperature", "above maximum value"),
+        ({"top_logprobs": 30}, "top_logprobs", "Expected a value <= 20"),
+        ({"top_p": "high"}, "top_p", "Invalid type"),
+        ({"input": [{"role": "wizard", "content": "hi"}]}, "input[0]", "`role`"),
     ],
 )
 async def test_what_the_gateway_cannot_do_is_a_clear_400(
