@@ -63,7 +63,7 @@ def test_a_whole_response_carries_vllms_chat_usage(
     prompt = unique_prompt()
     sdk = client(stack_gateway)
     chat = sdk.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": prompt}], max_tokens=8, temperature=0
+        model=model, messages=[{"role": "user", "content": prompt}], max_tokens=16, temperature=0
     )
     raw = sdk.responses.with_raw_response.create(
         model=model, input=prompt, max_output_tokens=16, temperature=0
