@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import httpx
 import orjson
 import pytest
 
 from gateway.responses.objects import ResponseShell
+from tests.conformance.httpx_check import CheckingTransport
 from tests.conformance.openapi_check import check_answer, operation_of
 
 SHELL = ResponseShell.of({"model": "m", "input": "hi"}, "ab12", 1_760_000_000)
@@ -54,3 +56,18 @@ def test_paths_resolve_literal_before_templated_and_the_gateways_own_are_not_che
     assert compact is not None and "200" in compact["responses"]
     assert operation_of("GET", "/v1/responses/resp_1") is not None
     assert not check_answer("GET", "/health", 200, "application/json", b"{}")
+
+
+def test_the_transport_checks_a_whole_answer_and_passes_it_through() -> None:
+    # httpx's MockTransport is the origin here: what is tested is the checking transport.
+    good = SHELL.response("completed", completed_at=1_760_000_001)
+
+    def origin(request: httpx.Request) -> httpx.Response:
+        body = good if request.headers.get("x-answer") == "good" else {**good, "user": None}
+        return httpx.Response(200, json=body)
+
+    transport = CheckingTransport(httpx.MockTransport(origin))
+    with httpx.Client(transport=transport, base_url="http://gw") as client:
+        assert client.post("/v1/responses", headers={"x-answer": "good"}).json() == good
+        with pytest.raises(AssertionError, match="user"):
+            client.post("/v1/responses")

@@ -18,6 +18,7 @@ from pydantic import TypeAdapter
 
 from serve_app.doctor import unique_prompt
 from serve_app.local import LocalState
+from tests.conformance.httpx_check import checked_openai
 from tests.e2e.conftest import STACK_TIMEOUT
 from tests.gatewayproc import GatewayProcess
 
@@ -39,7 +40,8 @@ WEATHER = {
 
 
 def client(gateway: GatewayProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gateway.base_url, api_key="unused", timeout=120, max_retries=0)
+    # Every whole answer checked against OpenAI's document (tests/conformance).
+    return checked_openai(gateway.base_url, timeout=120)
 
 
 def ledger_row(gateway: GatewayProcess, request_id: str, timeout: float = 10) -> dict[str, Any]:

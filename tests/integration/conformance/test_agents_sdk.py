@@ -3,15 +3,15 @@ to completion through a real gateway process on the simulator, over the Response
 
 from __future__ import annotations
 
-import openai
 from agents import Agent, OpenAIResponsesModel, RunConfig, Runner
 
+from tests.conformance.httpx_check import checked_async_openai
 from tests.gatewayproc import GatewayProcess
 from tests.integration.conformance.conftest import MODEL
 
 
 async def test_an_agent_streams_a_turn_to_its_final_output(gateway: GatewayProcess) -> None:
-    client = openai.AsyncOpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0)
+    client = checked_async_openai(gateway.base_url)
     agent = Agent(
         name="helper",
         instructions="Answer in one sentence.",
