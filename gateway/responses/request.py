@@ -108,6 +108,13 @@ def parse_responses(
     return translate(load_object(body, shape), max_tokens_limit, shape)
 
 
+def with_default_model(source: Json, default_model: str | None) -> Json:
+    """``source`` with the configured model when it names none (``responses.default_model``)."""
+    if default_model is None or source.get("model") is not None:
+        return source
+    return {**source, "model": default_model}
+
+
 def translate(
     source: Mapping[str, Any],
     max_tokens_limit: int,
