@@ -14,22 +14,27 @@ from typing import Any
 import httpx
 import openai
 
-from tests.conformance.openapi_check import check_answer
+from tests.conformance.openapi_check import Tolerated, check_answer
 
 
-def _check(request: httpx.Request, response: httpx.Response, body: bytes) -> None:
+def _check(
+    request: httpx.Request, response: httpx.Response, body: bytes, tolerate: Tolerated
+) -> None:
     check_answer(
         request.method,
         request.url.path,
         response.status_code,
         response.headers.get("content-type", ""),
         body,
+        tolerate,
     )
 
 
 class _Tee(httpx.SyncByteStream):
-    def __init__(self, inner: httpx.SyncByteStream, request: httpx.Request) -> None:
-        self.inner, self.request = inner, request
+    def __init__(
+        self, inner: httpx.SyncByteStream, request: httpx.Request, tolerate: Tolerated
+    ) -> None:
+        self.inner, self.request, self.tolerate = inner, request, tolerate
         self.response: httpx.Response | None = None
 
     def __iter__(self) -> Iterator[bytes]:
@@ -38,15 +43,17 @@ class _Tee(httpx.SyncByteStream):
             seen.append(chunk)
             yield chunk
         assert self.response is not None
-        _check(self.request, self.response, b"".join(seen))
+        _check(self.request, self.response, b"".join(seen), self.tolerate)
 
     def close(self) -> None:
         self.inner.close()
 
 
 class _AsyncTee(httpx.AsyncByteStream):
-    def __init__(self, inner: httpx.AsyncByteStream, request: httpx.Request) -> None:
-        self.inner, self.request = inner, request
+    def __init__(
+        self, inner: httpx.AsyncByteStream, request: httpx.Request, tolerate: Tolerated
+    ) -> None:
+        self.inner, self.request, self.tolerate = inner, request, tolerate
         self.response: httpx.Response | None = None
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
@@ -55,20 +62,23 @@ class _AsyncTee(httpx.AsyncByteStream):
             seen.append(chunk)
             yield chunk
         assert self.response is not None
-        _check(self.request, self.response, b"".join(seen))
+        _check(self.request, self.response, b"".join(seen), self.tolerate)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
 
 
 class CheckingTransport(httpx.BaseTransport):
-    def __init__(self, inner: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self, inner: httpx.BaseTransport | None = None, tolerate: Tolerated = frozenset()
+    ) -> None:
         self.inner = inner or httpx.HTTPTransport()
+        self.tolerate = tolerate
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         response = self.inner.handle_request(request)
         assert isinstance(response.stream, httpx.SyncByteStream)
-        tee = _Tee(response.stream, request)
+        tee = _Tee(response.stream, request, self.tolerate)
         checked = httpx.Response(
             response.status_code,
             headers=response.headers,
@@ -83,13 +93,16 @@ class CheckingTransport(httpx.BaseTransport):
 
 
 class AsyncCheckingTransport(httpx.AsyncBaseTransport):
-    def __init__(self, inner: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self, inner: httpx.AsyncBaseTransport | None = None, tolerate: Tolerated = frozenset()
+    ) -> None:
         self.inner = inner or httpx.AsyncHTTPTransport()
+        self.tolerate = tolerate
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         response = await self.inner.handle_async_request(request)
         assert isinstance(response.stream, httpx.AsyncByteStream)
-        tee = _AsyncTee(response.stream, request)
+        tee = _AsyncTee(response.stream, request, self.tolerate)
         checked = httpx.Response(
             response.status_code,
             headers=response.headers,
@@ -103,10 +116,14 @@ class AsyncCheckingTransport(httpx.AsyncBaseTransport):
         await self.inner.aclose()
 
 
-def checked_openai(base_url: str, **options: Any) -> openai.OpenAI:
-    """The openai SDK on ``base_url`` (retries off), every whole answer checked."""
+def checked_openai(
+    base_url: str, tolerate: Tolerated = frozenset(), **options: Any
+) -> openai.OpenAI:
+    """The openai SDK on ``base_url`` (retries off), every whole answer checked (``tolerate``:
+    see ``openapi_check.VLLM_NULLS``)."""
     options.setdefault("max_retries", 0)
-    http = httpx.Client(transport=CheckingTransport(), timeout=options.pop("timeout", 120))
+    transport = CheckingTransport(tolerate=tolerate)
+    http = httpx.Client(transport=transport, timeout=options.pop("timeout", 120))
     return openai.OpenAI(base_url=base_url, api_key="unused", http_client=http, **options)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from gateway.responses.objects import ResponseShell
 from tests.conformance.httpx_check import CheckingTransport
-from tests.conformance.openapi_check import check_answer, operation_of
+from tests.conformance.openapi_check import VLLM_NULLS, check_answer, operation_of
 
 SHELL = ResponseShell.of({"model": "m", "input": "hi"}, "ab12", 1_760_000_000)
 
@@ -71,3 +71,48 @@ def test_the_transport_checks_a_whole_answer_and_passes_it_through() -> None:
         assert client.post("/v1/responses", headers={"x-answer": "good"}).json() == good
         with pytest.raises(AssertionError, match="user"):
             client.post("/v1/responses")
+
+
+# A chat answer of vLLM 0.32 on the local stack, as the gateway relayed it (the e2e run).
+VLLM_CHAT = {
+    "id": "chatcmpl-a3d6c9807eddaa99759558ac",
+    "object": "chat.completion",
+    "created": 1796220586,
+    "model": "tiny",
+    "choices": [
+        {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": "iel r tuple",
+                "refusal": None,
+                "annotations": None,
+                "audio": None,
+                "function_call": None,
+                "reasoning": None,
+            },
+            "logprobs": None,
+            "finish_reason": "length",
+            "stop_reason": None,
+        }
+    ],
+    "service_tier": None,
+    "system_fingerprint": "vllm-0.32.0-ef772e41",
+    "usage": {
+        "prompt_tokens": 165,
+        "total_tokens": 181,
+        "completion_tokens": 16,
+        "prompt_tokens_details": None,
+        "completion_tokens_details": None,
+    },
+}
+
+
+def test_vllms_nulls_fail_unless_tolerated_by_name_and_no_other_null_passes() -> None:
+    chat = "/v1/chat/completions"
+    with pytest.raises(AssertionError, match="prompt_tokens_details"):
+        check_answer("POST", chat, 200, "application/json", orjson.dumps(VLLM_CHAT))
+    assert check_answer("POST", chat, 200, "application/json", orjson.dumps(VLLM_CHAT), VLLM_NULLS)
+    other = {**VLLM_CHAT, "created": None}
+    with pytest.raises(AssertionError, match="created"):
+        check_answer("POST", chat, 200, "application/json", orjson.dumps(other), VLLM_NULLS)
