@@ -68,6 +68,15 @@ class _AsyncTee(httpx.AsyncByteStream):
         await self.inner.aclose()
 
 
+def _teed(response: httpx.Response, tee: _Tee | _AsyncTee) -> httpx.Response:
+    """``response`` with its body read through ``tee`` (which checks it once it is whole)."""
+    checked = httpx.Response(
+        response.status_code, headers=response.headers, stream=tee, extensions=response.extensions
+    )
+    tee.response = checked
+    return checked
+
+
 class CheckingTransport(httpx.BaseTransport):
     def __init__(
         self, inner: httpx.BaseTransport | None = None, tolerate: Tolerated = frozenset()
@@ -78,15 +87,7 @@ class CheckingTransport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         response = self.inner.handle_request(request)
         assert isinstance(response.stream, httpx.SyncByteStream)
-        tee = _Tee(response.stream, request, self.tolerate)
-        checked = httpx.Response(
-            response.status_code,
-            headers=response.headers,
-            stream=tee,
-            extensions=response.extensions,
-        )
-        tee.response = checked
-        return checked
+        return _teed(response, _Tee(response.stream, request, self.tolerate))
 
     def close(self) -> None:
         self.inner.close()
@@ -102,15 +103,7 @@ class AsyncCheckingTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         response = await self.inner.handle_async_request(request)
         assert isinstance(response.stream, httpx.AsyncByteStream)
-        tee = _AsyncTee(response.stream, request, self.tolerate)
-        checked = httpx.Response(
-            response.status_code,
-            headers=response.headers,
-            stream=tee,
-            extensions=response.extensions,
-        )
-        tee.response = checked
-        return checked
+        return _teed(response, _AsyncTee(response.stream, request, self.tolerate))
 
     async def aclose(self) -> None:
         await self.inner.aclose()
