@@ -47,7 +47,7 @@ def answers(chunks: int, model: str) -> tuple[bytes, list[bytes], bytes]:
     wire = ChatWireFormat()
     c = Completion(id="chatcmpl-fastsim", created=1_700_000_000, model=model)
     words = [f" w{i}" for i in range(chunks)]
-    document = wire.response(c, "".join(words), "length", PROMPT_TOKENS, chunks)
+    document = wire.response(c, ["".join(words)], "length", PROMPT_TOKENS, chunks)
     events = [wire.role_chunk(c)]
     events += [wire.token_chunk(c, w, None) for w in words]
     events.append(wire.token_chunk(c, "", "length"))

@@ -15,12 +15,16 @@ from typing import Any
 
 import yaml
 
+# The real local stack's model names (pd-serve local up), so the README's snippets work on both.
+SIM_MODELS = ("tiny", "tiny-pd", "tiny-colocated")
+
 
 def for_sim(url: str, port: int, data_dir: Path) -> dict[str, Any]:
+    """Every name on the one simulator, which serves them all (run-local.sh starts it so)."""
     return {
         **_base(port, data_dir),
         "pools": {"sim": {"urls": [url]}},
-        "models": {"sim-model": {"pool": "sim"}},
+        "models": {name: {"pool": "sim"} for name in SIM_MODELS},
     }
 
 

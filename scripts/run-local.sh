@@ -46,7 +46,9 @@ trap cleanup EXIT
 
 if [ "$mode" = "--sim" ]; then
   phase "starting the simulator"
-  "$py" -m serve_app.sim --host 127.0.0.1 --port 0 --model sim-model >"$STATE/sim.out" 2>"$STATE/sim.log" &
+  # The real local stack's model names (scripts/local_gateway_config.py SIM_MODELS).
+  "$py" -m serve_app.sim --host 127.0.0.1 --port 0 --model tiny --model tiny-pd --model tiny-colocated \
+    >"$STATE/sim.out" 2>"$STATE/sim.log" &
   sim_pid=$!
   for _ in $(seq 100); do grep -q SIM_LISTENING "$STATE/sim.out" && break; sleep 0.1; done
   sim_url=$(awk '/SIM_LISTENING/ {print $2}' "$STATE/sim.out")

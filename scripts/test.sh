@@ -16,6 +16,8 @@ command -v redis-server >/dev/null || need+=(redis-server)
 command -v taskset >/dev/null || need+=(util-linux)
 # The web console's browser tests drive Debian's Chromium through Playwright (tests/browser).
 [ -x /usr/bin/chromium ] || need+=(chromium)
+# The Open Responses compliance suite's runner (bun) comes from the npm registry.
+command -v npm >/dev/null || need+=(npm)
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
@@ -26,6 +28,8 @@ fi
 "$VENV/bin/pip" install -q --upgrade pip
 "$VENV/bin/pip" install -q -e '.[dev]'
 VENV="$VENV" bash scripts/install-serve-cpu.sh >/dev/null
+# bun and zod for the Open Responses suite, pinned by its package-lock.json (tests/conformance).
+bash tests/conformance/install-openresponses.sh
 
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .

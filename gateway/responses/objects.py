@@ -16,6 +16,9 @@ from typing import Any
 from gateway.values import value
 from gateway.wire.usage import Usage
 
+NO_USAGE = Usage(0, 0)
+"""What a response states before the upstream has reported (see ``ResponseShell.response``)."""
+
 Json = dict[str, Any]
 
 # chat finish_reason -> the Responses API's reason for an incomplete response
@@ -64,11 +67,16 @@ class ResponseShell:
         *,
         error: Json | None = None,
         incomplete_reason: str | None = None,
+        completed_at: int | None = None,
     ) -> Json:
+        """``usage`` None: none reported yet (a response in progress, or one that failed or was
+        cut before the upstream's count): zeros, as OpenAI's schema wants an object there and
+        the Open Responses schema wants the field present."""
         return {
             "id": self.id,
             "object": "response",
             "created_at": self.created_at,
+            "completed_at": completed_at if status == "completed" else None,
             "status": status,
             "model": self.model,
             "output": list(output),
@@ -76,7 +84,7 @@ class ResponseShell:
             "incomplete_details": (
                 None if incomplete_reason is None else {"reason": incomplete_reason}
             ),
-            "usage": None if usage is None else usage_object(usage),
+            "usage": usage_object(NO_USAGE if usage is None else usage),
             **self.echo,
         }
 
@@ -87,24 +95,44 @@ def response_id_of(request_id: str) -> str:
 
 
 def echo_of(source: Mapping[str, Any]) -> Json:
-    """The request settings a response object repeats, in the SDK's shapes."""
+    """The request settings a response object repeats, in the SDK's shapes: the request's value,
+    else the documented default (what the upstream applies when the field is not sent). ``user``
+    only when given: the schema has no null for it."""
     tools = source.get("tools") or []
-    return {
+    echo: Json = {
         "instructions": source.get("instructions"),
         "max_output_tokens": source.get("max_output_tokens"),
+        "max_tool_calls": source.get("max_tool_calls"),
         "metadata": source.get("metadata") or {},
         "parallel_tool_calls": source.get("parallel_tool_calls", True) is not False,
-        "temperature": source.get("temperature"),
-        "top_p": source.get("top_p"),
         "tool_choice": source.get("tool_choice") or "auto",
         "tools": [_function_tool(t) for t in tools if isinstance(t, dict)],
         "text": _text_config(source.get("text")),
-        "user": source.get("user"),
+        "top_logprobs": 0,  # dropped in translation (request.py): no logprobs are returned
+        "reasoning": None,  # chat completions takes no reasoning settings (request.py drops it)
+        "service_tier": "default",
         "store": False,
         "background": False,
         "previous_response_id": None,
         "truncation": "disabled",
     }
+    for name, default in _ECHOED_DEFAULTS.items():
+        given = source.get(name)
+        echo[name] = default if given is None else given
+    if isinstance(source.get("user"), str):
+        echo["user"] = source["user"]
+    return echo
+
+
+# OpenAI's documented defaults for the settings every response object states.
+_ECHOED_DEFAULTS: dict[str, object] = {
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "safety_identifier": None,
+    "prompt_cache_key": None,
+}
 
 
 def _function_tool(tool: Mapping[str, Any]) -> Json:
@@ -170,9 +198,10 @@ def function_call_item(item_id: str, call_id: str, name: str, arguments: str, st
 
 
 def response_of_chat(
-    shell: ResponseShell, document: Mapping[str, Any], usage: Usage | None
+    shell: ResponseShell, document: Mapping[str, Any], usage: Usage | None, completed_at: int
 ) -> Json:
-    """A whole chat completion as a response object (its first choice: Responses has no ``n``)."""
+    """A whole chat completion as a response object (its first choice: Responses has no ``n``),
+    answered at ``completed_at``."""
     choices = document.get("choices") or [{}]
     choice = obj(choices[0])
     message = obj(choice.get("message"))
@@ -195,4 +224,6 @@ def response_of_chat(
                 "completed",
             )
         )
-    return shell.response(status, output, usage, incomplete_reason=reason)
+    return shell.response(
+        status, output, usage, incomplete_reason=reason, completed_at=completed_at
+    )

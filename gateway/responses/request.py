@@ -34,6 +34,8 @@ from gateway.wire.request import (
     BodyShape,
     Operation,
     ParsedRequest,
+    check_openai_fields,
+    check_range,
     integral,
     load_object,
     parse_payload,
@@ -42,6 +44,7 @@ from gateway.wire.request import (
 Json = dict[str, Any]
 
 MAX_TOOLS = 128
+MIN_OUTPUT_TOKENS = 16
 MAX_METADATA = 16
 MAX_METADATA_KEY = 64
 MAX_METADATA_VALUE = 512
@@ -105,6 +108,13 @@ def parse_responses(
     return translate(load_object(body, shape), max_tokens_limit, shape)
 
 
+def with_default_model(source: Json, default_model: str | None) -> Json:
+    """``source`` with the configured model when it names none (``responses.default_model``)."""
+    if default_model is None or source.get("model") is not None:
+        return source
+    return {**source, "model": default_model}
+
+
 def translate(
     source: Mapping[str, Any],
     max_tokens_limit: int,
@@ -130,6 +140,7 @@ def translate(
 def to_chat(payload: Mapping[str, Any], history: Sequence[Mapping[str, Any]] = ()) -> Json:
     """The chat completions request for a Responses request (see the module docstring)."""
     _refuse_unsupported(payload)
+    check_openai_fields(payload)  # top_logprobs among them: dropped below, checked still
     chat: Json = {k: v for k, v in payload.items() if k not in _TRANSLATED | _DROPPED}
     if "model" in payload:
         chat["model"] = payload["model"]
@@ -161,10 +172,9 @@ def _sampling(payload: Mapping[str, Any]) -> Json:
     out: Json = {}
     given = payload.get("max_output_tokens")
     if given is not None:
-        cap = integral(given)  # 1.0 is an integer, as on every other endpoint
-        if cap is None or cap < 1:
-            raise _bad("`max_output_tokens` must be a positive integer.", "max_output_tokens")
-        out["max_tokens"] = cap
+        # OpenAI's minimum (its OpenAPI document): 16. 1.0 is an integer, as everywhere.
+        check_range(payload, "max_output_tokens", MIN_OUTPUT_TOKENS, None, integer=True)
+        out["max_tokens"] = integral(given)
     for name in ("temperature", "top_p", "stop", "user"):
         if payload.get(name) is not None:
             out[name] = payload[name]

@@ -16,7 +16,8 @@ Only the first choice is read (the Responses API has no ``n``). The usage comes 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,10 +51,21 @@ class _OpenItem:
 
 
 class ResponseEvents:
-    __slots__ = ("_finish_reason", "_open", "_output", "_sequence", "ended", "final", "shell")
+    __slots__ = (
+        "_finish_reason",
+        "_open",
+        "_output",
+        "_sequence",
+        "ended",
+        "final",
+        "shell",
+        "wall",
+    )
 
-    def __init__(self, shell: ResponseShell) -> None:
+    def __init__(self, shell: ResponseShell, wall: Callable[[], float] = time.time) -> None:
         self.shell = shell
+        self.wall = wall
+        """The clock ``completed_at`` is read from (never before ``created_at``)."""
         self._sequence = 0
         self._output: list[Json] = []
         self._open: _OpenItem | None = None
@@ -103,9 +115,18 @@ class ResponseEvents:
         events = self._close()
         self.ended = True
         status = "completed" if reason is None else "incomplete"
-        response = self.shell.response(status, self._output, usage, incomplete_reason=reason)
+        response = self.shell.response(
+            status,
+            self._output,
+            usage,
+            incomplete_reason=reason,
+            completed_at=self.completed_at(),
+        )
         self.final = response
         return [*events, self._event(f"response.{status}", response=response)]
+
+    def completed_at(self) -> int:
+        return max(self.shell.created_at, int(self.wall()))
 
     def failing(self, message: str, code: str = "server_error") -> list[Json]:
         """The upstream broke: an ``error`` event, then ``response.failed`` with the items that

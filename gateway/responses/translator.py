@@ -80,7 +80,12 @@ class ResponsesTranslator:
             chat = orjson.loads(document)
         except orjson.JSONDecodeError:
             chat = {}
-        response = response_of_chat(self.shell, chat if isinstance(chat, dict) else {}, usage)
+        response = response_of_chat(
+            self.shell,
+            chat if isinstance(chat, dict) else {},
+            usage,
+            self.events.completed_at(),
+        )
         self.events.final = response
         return orjson.dumps(response)
 

@@ -26,5 +26,9 @@ class ResponsesConfig(StrictModel):
     """The JSON bytes one stored response may hold: the conversation it was made from (earlier
     turns included) and its output. A request whose conversation alone is larger is refused with
     a 400; a response whose output takes it over is answered but not stored (logged, counted)."""
+    default_model: str | None = None
+    """The model a ``/v1/responses`` request without ``model`` gets (OpenAI's document makes the
+    field optional there); routed, limited, billed and echoed as if the client had named it, so
+    it must be one of ``models``. None: such a request is a 400 naming ``model``."""
     write_timeout: float = Field(5.0, gt=0)
     """Seconds the end of an answer waits for its row to be written before going out anyway."""

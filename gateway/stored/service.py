@@ -30,7 +30,7 @@ from prometheus_client import Counter
 
 from gateway.errors import InvalidParameter, NotFound
 from gateway.metrics import GatewayMetrics
-from gateway.responses.request import translate
+from gateway.responses.request import translate, with_default_model
 from gateway.responses.stream import ResponseEvents
 from gateway.storage.database import Database
 from gateway.stored.config import ResponsesConfig
@@ -88,7 +88,7 @@ class StoredResponses:
         shape: BodyShape,
     ) -> tuple[ParsedRequest, Turn]:
         """The translated request and its turn; a 400 or 404 that says why it cannot be."""
-        source = load_object(body, shape)
+        source = with_default_model(load_object(body, shape), self.config.default_model)
         stored, previous = self._stateful(source)
         tenant = tenant_id or ANONYMOUS
         history: list[Json] = []

@@ -1,8 +1,10 @@
 """Stage 1, parse: a size-limited body, JSON, and light validation of what the gateway needs.
 
-Only the fields the gateway itself uses are checked (model, stream, max_tokens, messages, prompt,
-input); every other field passes through untouched to the upstream, so new OpenAI parameters work
-without a gateway release.
+The fields the gateway itself uses are checked (model, stream, max_tokens, messages, prompt,
+input), and OpenAI's own sampling fields and message roles as OpenAI checks them (its ranges, its
+error codes, ``param`` naming the field: ``check_openai_fields``); every other field (vLLM's
+extensions: ``top_k``, ``min_p``, ``ignore_eos``...) passes through untouched to the upstream, so
+new parameters work without a gateway release.
 """
 
 from __future__ import annotations
@@ -181,6 +183,9 @@ def parse_payload(
         not isinstance(payload[required], list) or not payload[required]
     ):
         raise InvalidParameter("`messages` must be a non-empty array.", param="messages")
+    check_openai_fields(payload)
+    if operation is Operation.CHAT:
+        check_roles(payload[required])
     stream = payload.get("stream", False)
     if not isinstance(stream, bool):
         raise InvalidParameter("`stream` must be a boolean.", param="stream")
@@ -199,6 +204,68 @@ def parse_payload(
 
 
 _MAX_CHOICES = 128
+
+# OpenAI's ranges for its sampling fields (its OpenAPI document), the same on every endpoint.
+_RANGES: dict[str, tuple[float, float, bool]] = {
+    # name: (minimum, maximum, integer)
+    "temperature": (0, 2, False),
+    "top_p": (0, 1, False),
+    "presence_penalty": (-2, 2, False),
+    "frequency_penalty": (-2, 2, False),
+    "top_logprobs": (0, 20, True),
+}
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+
+
+def check_openai_fields(payload: Mapping[str, Any]) -> None:
+    """OpenAI's sampling fields in OpenAI's ranges, refused as OpenAI refuses them (null is
+    "not given")."""
+    for name, (low, high, integer) in _RANGES.items():
+        check_range(payload, name, low, high, integer=integer)
+
+
+def check_range(
+    payload: Mapping[str, Any], name: str, low: float, high: float | None, *, integer: bool
+) -> None:
+    given = payload.get(name)
+    if given is None:
+        return
+    kind = "integer" if integer else "decimal"
+    number = integral(given) if integer else given
+    if number is None or isinstance(number, bool) or not isinstance(number, int | float):
+        expected = "an integer" if integer else "a number"
+        raise InvalidParameter(
+            f"Invalid type for '{name}': expected {expected}.", param=name, code="invalid_type"
+        )
+    if number < low:
+        raise InvalidParameter(
+            f"Invalid '{name}': {kind} below minimum value. Expected a value >= {low:g}, "
+            f"but got {number:g} instead.",
+            param=name,
+            code=f"{kind}_below_min_value",
+        )
+    if high is not None and number > high:
+        raise InvalidParameter(
+            f"Invalid '{name}': {kind} above maximum value. Expected a value <= {high:g}, "
+            f"but got {number:g} instead.",
+            param=name,
+            code=f"{kind}_above_max_value",
+        )
+
+
+def check_roles(messages: list[Any]) -> None:
+    """Each chat message an object with one of OpenAI's roles."""
+    for index, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, dict) else None
+        if not isinstance(role, str) or role not in CHAT_ROLES:
+            shown = str(role)[:64]
+            raise InvalidParameter(
+                f"Invalid value: '{shown}'. Supported values are: "
+                + ", ".join(f"'{r}'" for r in CHAT_ROLES)
+                + ".",
+                param=f"messages[{index}].role",
+                code="invalid_value",
+            )
 
 
 def _choices(payload: dict[str, Any]) -> int:

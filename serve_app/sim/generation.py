@@ -88,7 +88,7 @@ async def _decode(g: Generation, emit: Emit | None) -> bool:
     await pause(g.timing.ttft_s(g.plan.prompt_tokens, g.steering))
     g.timing.active_decodes += 1
     try:
-        for k in range(g.plan.max_tokens):
+        for k in range(g.plan.generated):
             if k:
                 await pause(g.timing.itl_s(g.steering))
             if g.steering.fail_after == k:
@@ -126,15 +126,16 @@ async def _abort(g: Generation, send: Send, receive: Receive) -> None:
 async def stream_completion(g: Generation, send: Send, receive: Receive) -> None:
     """Answer with a server-sent-event stream, one token per chunk."""
     plan, wire, c = g.plan, g.wire, g.completion
-    last = plan.max_tokens - 1
+    last = plan.generated - 1
 
     async def emit(k: int) -> None:
+        finish = plan.finish_reason if k == last else None
         if plan.tool_call is not None and isinstance(wire, ChatWireFormat):
-            finish = "tool_calls" if k == last else None
             chunk = wire.tool_chunk(c, plan.tool_call, k, finish)
         else:
-            chunk = wire.token_chunk(
-                c, text.token_text(plan.seed, k), "length" if k == last else None
+            chunk = b"".join(
+                wire.token_chunk(c, text.token_text(plan.seed + i, k), finish, index=i)
+                for i in range(plan.choices)
             )
         if k == 0 and wire.has_role_chunk:
             chunk = wire.role_chunk(c) + chunk
@@ -148,7 +149,8 @@ async def stream_completion(g: Generation, send: Send, receive: Receive) -> None
         return
     tail = SSE_DONE
     if plan.include_usage:
-        tail = wire.usage_chunk(c, plan.prompt_tokens, plan.max_tokens, g.cached_tokens)
+        used = plan.generated * plan.choices
+        tail = wire.usage_chunk(c, plan.prompt_tokens, used, g.cached_tokens)
         tail += SSE_DONE
     await send({"type": "http.response.body", "body": tail, "more_body": False})
     g.record["completed_at"] = time.time()
@@ -170,10 +172,10 @@ async def answer_completion(g: Generation, send: Send, receive: Receive) -> None
         return
     body = g.wire.response(
         g.completion,
-        text.output_text(plan.seed, plan.max_tokens),
-        "length",
+        [text.output_text(plan.seed + i, plan.generated) for i in range(plan.choices)],
+        plan.finish_reason,
         plan.prompt_tokens,
-        plan.max_tokens,
+        plan.generated * plan.choices,
         g.cached_tokens,
     )
     g.record["status"] = 200

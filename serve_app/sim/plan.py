@@ -36,6 +36,19 @@ class CompletionPlan:
     include_usage: bool
     tool_call: ToolCall | None = None
     """A function call instead of text (serve_app/sim/tools.py); its pieces are the tokens."""
+    output_tokens: int = 0
+    """The tokens it generates: its answer's own length (``settings.output_tokens``, ended by a
+    natural stop) unless ``max_tokens`` cuts it, or exactly ``max_tokens`` with vLLM's
+    ``ignore_eos``. 0: ``max_tokens``."""
+    finish_reason: str = "length"
+    """``stop``: the answer ended by itself; ``length``: the cap cut it."""
+    choices: int = 1
+    """``n``: completions per prompt, each of ``output_tokens``."""
+
+    @property
+    def generated(self) -> int:
+        """Tokens per choice."""
+        return self.output_tokens or self.max_tokens
 
 
 def resolve_model(body: dict[str, Any], settings: SimSettings) -> str:
@@ -60,10 +73,29 @@ def _prompt(body: dict[str, Any], chat: bool) -> tuple[str, int]:
         raise SimRequestError(400, str(e), "prompt") from e
 
 
-def _max_tokens(body: dict[str, Any], settings: SimSettings) -> int:
+def _given_cap(body: dict[str, Any]) -> object:
     value = body.get("max_tokens")
+    return body.get("max_completion_tokens") if value is None else value
+
+
+def _length(body: dict[str, Any], settings: SimSettings, cap: int) -> tuple[int, str]:
+    """How long the answer is and why it ends (see ``CompletionPlan.output_tokens``)."""
+    if body.get("ignore_eos") is True or cap < settings.output_tokens:
+        return cap, "length"
+    return settings.output_tokens, "stop"
+
+
+def _choices(body: dict[str, Any]) -> int:
+    value = body.get("n", 1)
     if value is None:
-        value = body.get("max_completion_tokens")
+        return 1
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 128:
+        raise SimRequestError(400, f"n must be between 1 and 128, got {value}.", "n")
+    return value
+
+
+def _max_tokens(body: dict[str, Any], settings: SimSettings) -> int:
+    value = _given_cap(body)
     if value is None:
         return settings.output_tokens
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -96,6 +128,9 @@ def plan_completion(body: dict[str, Any], settings: SimSettings, chat: bool) -> 
     include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
     seed = text.prompt_seed(prompt)
     tool_call = plan_tool_call(body, seed, max_tokens) if chat else None
+    output_tokens, finish_reason = _length(body, settings, max_tokens)
+    if tool_call is not None:
+        output_tokens, finish_reason = len(tool_call.pieces), "tool_calls"
     return CompletionPlan(
         model=model,
         prompt_tokens=prompt_tokens,
@@ -104,4 +139,7 @@ def plan_completion(body: dict[str, Any], settings: SimSettings, chat: bool) -> 
         stream=stream,
         include_usage=include_usage,
         tool_call=tool_call,
+        output_tokens=output_tokens,
+        finish_reason=finish_reason,
+        choices=_choices(body) if tool_call is None else 1,
     )

@@ -82,24 +82,26 @@ class WireFormat:
     def _head(self, c: Completion, object_name: str) -> dict[str, Any]:
         return {"id": c.id, "object": object_name, "created": c.created, "model": c.model}
 
-    def choice(self, text: str, finish_reason: str | None) -> dict[str, Any]:
+    def choice(self, text: str, finish_reason: str | None, index: int = 0) -> dict[str, Any]:
         return {
-            "index": 0,
+            "index": index,
             "text": text,
             "logprobs": None,
             "finish_reason": finish_reason,
             "stop_reason": None,
         }
 
-    def delta_choice(self, text: str, finish_reason: str | None) -> dict[str, Any]:
-        return self.choice(text, finish_reason)
+    def delta_choice(self, text: str, finish_reason: str | None, index: int = 0) -> dict[str, Any]:
+        return self.choice(text, finish_reason, index)
 
     def role_chunk(self, c: Completion) -> bytes:
         raise NotImplementedError("text completions have no role chunk")
 
-    def token_chunk(self, c: Completion, text: str, finish_reason: str | None) -> bytes:
+    def token_chunk(
+        self, c: Completion, text: str, finish_reason: str | None, index: int = 0
+    ) -> bytes:
         chunk = self._head(c, self.chunk_object_name)
-        chunk["choices"] = [self.delta_choice(text, finish_reason)]
+        chunk["choices"] = [self.delta_choice(text, finish_reason, index)]
         return sse(chunk)
 
     def usage_chunk(
@@ -117,14 +119,15 @@ class WireFormat:
     def response(
         self,
         c: Completion,
-        text: str,
+        texts: list[str],
         finish_reason: str,
         prompt_tokens: int,
         completion_tokens: int,
         cached_tokens: int | None = None,
     ) -> bytes:
+        """One choice per text (``n``)."""
         body = self._head(c, self.object_name)
-        body["choices"] = [self.choice(text, finish_reason)]
+        body["choices"] = [self.choice(t, finish_reason, i) for i, t in enumerate(texts)]
         body["usage"] = usage(prompt_tokens, completion_tokens, cached_tokens)
         return orjson.dumps(body)
 
@@ -137,18 +140,18 @@ class ChatWireFormat(WireFormat):
     chunk_object_name = "chat.completion.chunk"
     has_role_chunk = True
 
-    def choice(self, text: str, finish_reason: str | None) -> dict[str, Any]:
+    def choice(self, text: str, finish_reason: str | None, index: int = 0) -> dict[str, Any]:
         return {
-            "index": 0,
-            "message": {"role": "assistant", "content": text, "tool_calls": []},
+            "index": index,
+            "message": {"role": "assistant", "content": text, "refusal": None, "tool_calls": []},
             "logprobs": None,
             "finish_reason": finish_reason,
             "stop_reason": None,
         }
 
-    def delta_choice(self, text: str, finish_reason: str | None) -> dict[str, Any]:
+    def delta_choice(self, text: str, finish_reason: str | None, index: int = 0) -> dict[str, Any]:
         return {
-            "index": 0,
+            "index": index,
             "delta": {"content": text},
             "logprobs": None,
             "finish_reason": finish_reason,
@@ -186,6 +189,7 @@ class ChatWireFormat(WireFormat):
         message = {
             "role": "assistant",
             "content": None,
+            "refusal": None,
             "tool_calls": [{"id": call.id, "type": "function", "function": function}],
         }
         body["choices"] = [

@@ -18,6 +18,8 @@ import pytest
 
 from serve_app.doctor import KVEvidence, replica_logs, unique_prompt, wait_for_kv_evidence
 from serve_app.local import LocalState
+from tests.conformance.httpx_check import checked_openai
+from tests.conformance.openapi_check import VLLM_NULLS
 from tests.e2e.conftest import STACK_TIMEOUT
 from tests.e2e.stack import launcher_of
 from tests.gatewayproc import GatewayProcess
@@ -32,7 +34,9 @@ PHASE_LINE = re.compile(r"^\[\s*(\d+\.\d)s\] ")
 
 
 def client(gateway: GatewayProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gateway.base_url, api_key="unused", timeout=120, max_retries=0)
+    # Every whole answer checked against OpenAI's document (tests/conformance), but for the nulls
+    # vLLM sends where the document has none (named in VLLM_NULLS, relayed untouched).
+    return checked_openai(gateway.base_url, VLLM_NULLS, timeout=120)
 
 
 def decode_evidence(stack: LocalState, completion_id: str) -> KVEvidence:

@@ -33,6 +33,7 @@ from gateway.limits.memory import MemoryLimiter
 from gateway.limits.types import Ticket
 from gateway.runtime.state import GatewayState
 from gateway.wire.outcome import OUTCOME_KEY, Outcome
+from tests.conformance.openapi_check import check_answer
 from tests.seam.upstream import Script, ScriptedUpstream, factory
 
 
@@ -57,6 +58,12 @@ class Reply:
     headers: dict[bytes, bytes]
     body: bytes
     outcome: Outcome | None
+    complete: bool = True
+    """The answer's last body message was sent (a client that left early may see only part)."""
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get(b"content-type", b"").decode()
 
     def json(self) -> Any:
         return orjson.loads(self.body)
@@ -72,6 +79,9 @@ class Gateway:
     clock: ManualClock
     """The app's clock: time moves only when the test advances it."""
     outcomes: list[Outcome] = field(default_factory=list)
+    conform: bool = True
+    """Check every whole answer against OpenAI's document (off only where a test scripts an
+    upstream that breaks the protocol on purpose, and the gateway relays what it was sent)."""
 
     async def get(self, path: str, method: str = "GET") -> Reply:
         return await self.call(path, b"", method=method)
@@ -114,14 +124,23 @@ class Gateway:
         if outcome is not None:
             self.outcomes.append(outcome)
         start = next((m for m in messages if m["type"] == "http.response.start"), None)
-        return Reply(
+        reply = Reply(
             status=0 if start is None else start["status"],
             headers={} if start is None else dict(start["headers"]),
             body=b"".join(
                 m.get("body", b"") for m in messages if m["type"] == "http.response.body"
             ),
             outcome=outcome,
+            complete=any(
+                m["type"] == "http.response.body" and not m.get("more_body", False)
+                for m in messages
+            ),
         )
+        if self.conform and reply.status and (leave_after is None or reply.complete):
+            # Every whole answer, against OpenAI's document for its path and status: a new
+            # endpoint is covered by being tested at all (tests/conformance/openapi_check.py).
+            check_answer(method, path, reply.status, reply.content_type, reply.body)
+        return reply
 
     def ledger_rows(self) -> list[sqlite3.Row]:
         with sqlite3.connect(self.db_path) as db:

@@ -160,7 +160,12 @@ async def test_a_native_pool_gets_the_clients_body(tmp_path: Path) -> None:
         ({"tools": [{"type": "file_search"}]}, "tools[0].type", "Built-in tools"),
         ({"background": True}, "background", "Background"),
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type", "not supported"),
-        ({"max_output_tokens": 0}, "max_output_tokens", "positive"),
+        ({"max_output_tokens": 0}, "max_output_tokens", "Expected a value >= 16"),
+        ({"max_output_tokens": 15}, "max_output_tokens", "below minimum value"),
+        ({"temperature": 3}, "temperature", "above maximum value"),
+        ({"top_logprobs": 30}, "top_logprobs", "Expected a value <= 20"),
+        ({"top_p": "high"}, "top_p", "Invalid type"),
+        ({"input": [{"role": "wizard", "content": "hi"}]}, "input[0]", "`role`"),
     ],
 )
 async def test_what_the_gateway_cannot_do_is_a_clear_400(
@@ -185,3 +190,20 @@ async def test_a_client_that_leaves_mid_stream_is_settled_once(tmp_path: Path) -
         assert sum(gw.limiter.settled.values()) == 1 and gw.limiter.in_flight() == 0
     (row,) = gw.ledger_rows()
     assert row["status"] == 499 and row["operation"] == "responses"
+
+
+async def test_a_request_without_model_gets_the_configured_default_or_a_400(
+    tmp_path: Path,
+) -> None:
+    modelless = orjson.dumps({"input": "hello there", "script": "whole"})
+    async with running_gateway(tmp_path / "none", SCRIPTS) as gw:
+        refused = await gw.call(RESPONSES, modelless)
+        assert refused.status == 400 and refused.json()["error"]["param"] == "model"
+    async with running_gateway(tmp_path, SCRIPTS, responses={"default_model": "m"}) as gw:
+        reply = await gw.call(RESPONSES, modelless)
+        assert reply.status == 200, reply.body
+        assert reply.json()["model"] == "m"
+        sent = gw.upstreams[0].sent[0]["payload"]
+        assert isinstance(sent, dict) and sent["model"] == "m"
+    (row,) = gw.ledger_rows()
+    assert row["model"] == "m"

@@ -112,12 +112,11 @@ class FakeResponse:
             if held is not None:
                 await held.wait()
             choice = _call_delta(i) if script.tool_call else _delta(f"tok{i} ")
-            yield _event({"id": "c1", "model": "m", "choices": [choice]})
+            yield _event(_chunk([choice]))
         for start in range(0, script.unended, 1 << 16):
             yield b"x" * min(1 << 16, script.unended - start)
         if self._include_usage and script.usage:
-            usage = {"prompt_tokens": 11, "completion_tokens": script.chunks, "total_tokens": 0}
-            yield _event({"id": "c1", "model": "m", "choices": [], "usage": usage})
+            yield _event(_chunk([], usage=_usage(script.chunks)))
         yield b"data: [DONE]\n\n"
 
     def _document(self) -> bytes:
@@ -126,13 +125,22 @@ class FakeResponse:
             message = "upstream said no" if self.status < 500 else "Traceback (most recent call"
             error = {"message": message, "type": "BadRequestError", "code": self.status}
             return orjson.dumps({"error": error})
-        usage = {"prompt_tokens": 11, "completion_tokens": self.script.chunks}
-        choice = {"index": 0, "message": {"role": "assistant", "content": "hi"}}
+        message: dict[str, object] = {"role": "assistant", "content": "hi", "refusal": None}
+        reason = "stop"
         if self.script.tool_call:
             call = {"id": "call_1", "type": "function", "function": _CALL}
-            message = {"role": "assistant", "content": None, "tool_calls": [call]}
-            choice = {"index": 0, "message": message, "finish_reason": "tool_calls"}
-        return orjson.dumps({"id": "c1", "model": "m", "choices": [choice], "usage": usage})
+            message = {**message, "content": None, "tool_calls": [call]}
+            reason = "tool_calls"
+        choice = {"index": 0, "message": message, "finish_reason": reason, "logprobs": None}
+        document = {
+            "id": "c1",
+            "object": "chat.completion",
+            "created": _CREATED,
+            "model": "m",
+            "choices": [choice],
+            "usage": _usage(self.script.chunks),
+        }
+        return orjson.dumps(document)
 
     async def read(self) -> bytes:
         return b"".join([chunk async for chunk in self.chunks()])
@@ -151,23 +159,85 @@ class NativeResponse(FakeResponse):
         if not self.is_event_stream:
             yield orjson.dumps(self._response("completed"))
             return
-        yield _event({"type": "response.created", "response": self._response("in_progress")})
+        events: list[dict[str, object]] = [
+            {"type": "response.created", "response": self._response("in_progress")}
+        ]
         for i in range(self.script.chunks):
-            yield _event({"type": "response.output_text.delta", "delta": f"tok{i} "})
-        yield _event({"type": "response.completed", "response": self._response("completed")})
+            events.append(
+                {
+                    "type": "response.output_text.delta",
+                    "item_id": "msg_native",
+                    "output_index": 0,
+                    "content_index": 0,
+                    "delta": f"tok{i} ",
+                    "logprobs": [],
+                }
+            )
+        events.append({"type": "response.completed", "response": self._response("completed")})
+        for number, event in enumerate(events):
+            yield _event({**event, "sequence_number": number})
 
     def _response(self, status: str) -> dict[str, object]:
-        usage = {"input_tokens": 13, "output_tokens": self.script.chunks, "total_tokens": 0}
+        """A response object with every field OpenAI's document requires."""
         done = status == "completed"
+        output_tokens = self.script.chunks if done else 0
+        text = "".join(f"tok{i} " for i in range(self.script.chunks))
+        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        message = {
+            "type": "message",
+            "id": "msg_native",
+            "role": "assistant",
+            "status": "completed",
+            "content": [part],
+        }
         return {
             "id": "resp_native",
+            "object": "response",
+            "created_at": _CREATED,
             "model": "m",
             "status": status,
-            "usage": usage if done else None,
+            "output": [message] if done else [],
+            "error": None,
+            "incomplete_details": None,
+            "instructions": None,
+            "metadata": {},
+            "parallel_tool_calls": True,
+            "temperature": 1.0,
+            "top_p": 1.0,
+            "tool_choice": "auto",
+            "tools": [],
+            "usage": {
+                "input_tokens": 13,
+                "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                "output_tokens": output_tokens,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": 13 + output_tokens,
+            },
         }
 
 
 _CALL = {"name": "lookup", "arguments": '{"city": "Oslo"}'}
+_CREATED = 1_760_000_000
+
+
+def _chunk(choices: list[dict[str, object]], **extra: object) -> dict[str, object]:
+    """A chat stream chunk with every field OpenAI's document requires (vLLM sends them all)."""
+    return {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": _CREATED,
+        "model": "m",
+        "choices": choices,
+        **extra,
+    }
+
+
+def _usage(completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": 11,
+        "completion_tokens": completion_tokens,
+        "total_tokens": 11 + completion_tokens,
+    }
 
 
 def _call_delta(i: int) -> dict[str, object]:

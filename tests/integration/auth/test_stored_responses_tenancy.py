@@ -60,7 +60,7 @@ def test_another_tenant_gets_404_everywhere(
 ) -> None:
     _, keys = tenants
     with sdk(gateway, keys["acme"]) as acme, sdk(gateway, keys["rival"]) as rival:
-        made = acme.responses.create(model="alpha", input="Hello", max_output_tokens=4)
+        made = acme.responses.create(model="alpha", input="Hello", max_output_tokens=16)
         calls: list[Any] = [
             lambda: rival.responses.retrieve(made.id),
             lambda: list(rival.responses.input_items.list(made.id)),
@@ -74,7 +74,7 @@ def test_another_tenant_gets_404_everywhere(
                 call()
         assert acme.responses.retrieve(made.id).id == made.id  # untouched by the attempts
         follow = acme.responses.create(
-            model="alpha", input="more", previous_response_id=made.id, max_output_tokens=4
+            model="alpha", input="more", previous_response_id=made.id, max_output_tokens=16
         )
         assert follow.previous_response_id == made.id
 
@@ -84,8 +84,8 @@ def test_an_admin_purges_a_tenants_responses(
 ) -> None:
     admin, keys = tenants
     with sdk(gateway, keys["acme"]) as acme, sdk(gateway, keys["rival"]) as rival:
-        mine = acme.responses.create(model="alpha", input="Hello", max_output_tokens=4)
-        theirs = rival.responses.create(model="alpha", input="Hello", max_output_tokens=4)
+        mine = acme.responses.create(model="alpha", input="Hello", max_output_tokens=16)
+        theirs = rival.responses.create(model="alpha", input="Hello", max_output_tokens=16)
         purged = admin.client.delete("/tenants/acme/responses")
         assert purged.status_code == 200 and purged.json()["deleted"] >= 1
         with pytest.raises(openai.NotFoundError):

@@ -49,6 +49,7 @@ async def hammer(
                     "model": MODEL,
                     "messages": [{"role": "user", "content": f"request number {i}"}],
                     "max_tokens": max_tokens,
+                    "ignore_eos": True,  # vLLM's: the simulator fills the cap it was given
                 }
                 response = await client.post(urls[i % len(urls)] + "/chat/completions", json=body)
                 if response.status_code == 200:

@@ -60,15 +60,23 @@ class Answer:
     usage: dict[str, int] | None
 
 
-def body() -> dict[str, Any]:
+EXTRA = {"ignore_eos": True}
+"""vLLM's ``ignore_eos``: the simulator fills the cap, so each answer uses MAX_TOKENS."""
+
+
+def base() -> dict[str, Any]:
     return {"model": MODEL, "messages": MESSAGES, "max_tokens": MAX_TOKENS}
+
+
+def body() -> dict[str, Any]:
+    return {**base(), **EXTRA}
 
 
 def token_sizes(sim: SimProcess) -> tuple[int, int]:
     """What one request reserves (the gateway's own count) and what the upstream bills for it."""
     reserved = build_token_counter(TokenizerConfig()).count_request(Operation.CHAT, body())
     with openai.OpenAI(base_url=sim.base_url, api_key="x", max_retries=0) as client:
-        usage = client.chat.completions.create(**body()).usage
+        usage = client.chat.completions.create(**base(), extra_body=EXTRA).usage
     assert usage is not None
     return reserved + MAX_TOKENS, usage.total_tokens
 

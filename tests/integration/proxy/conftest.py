@@ -11,6 +11,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.conformance.httpx_check import checked_openai
 from tests.gatewayproc import GatewayProcess, start_gateway
 from tests.simproc import SimProcess, start_sim
 
@@ -64,8 +65,9 @@ def gateway(sim: SimProcess, folder: Path) -> Iterator[GatewayProcess]:
 
 @pytest.fixture
 def client(gateway: GatewayProcess) -> Iterator[openai.OpenAI]:
-    """The openai SDK on the module's gateway, retries off: every error reaches the test."""
-    with openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0) as c:
+    """The openai SDK on the module's gateway, retries off: every error reaches the test, and
+    every whole answer is checked against OpenAI's document (tests/conformance)."""
+    with checked_openai(gateway.base_url) as c:
         yield c
 
 

@@ -26,25 +26,32 @@ def test_a_whole_response_has_the_upstreams_usage(
 ) -> None:
     with openai.OpenAI(base_url=sim.base_url, api_key="x", max_retries=0) as direct:
         chat = direct.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": PROMPT}], max_tokens=6
+            model=MODEL, messages=[{"role": "user", "content": PROMPT}], max_tokens=16
         )
-    raw = client.responses.with_raw_response.create(model=MODEL, input=PROMPT, max_output_tokens=6)
+    raw = client.responses.with_raw_response.create(model=MODEL, input=PROMPT, max_output_tokens=16)
     response = raw.parse()
-    assert response.object == "response" and response.status == "incomplete"  # cut at 6
+    # The simulator's answer (16 tokens) fits the cap: it stops by itself.
+    assert response.object == "response" and response.status == "completed"
+    assert response.completed_at is not None and response.completed_at >= response.created_at
     assert response.output_text == chat.choices[0].message.content
     assert chat.usage is not None and response.usage is not None
     assert response.usage.input_tokens == chat.usage.prompt_tokens
-    assert response.usage.output_tokens == chat.usage.completion_tokens == 6
+    assert response.usage.output_tokens == chat.usage.completion_tokens == 16
     row = ledger_row(folder, raw.headers["x-gateway-request-id"])
     assert row["operation"] == "responses"
-    assert (row["input_tokens"], row["output_tokens"]) == (chat.usage.prompt_tokens, 6)
+    assert (row["input_tokens"], row["output_tokens"]) == (chat.usage.prompt_tokens, 16)
 
 
 def test_a_stream_parses_event_by_event_and_its_usage_is_billed(
     client: openai.OpenAI, folder: Path
 ) -> None:
     with client.responses.with_streaming_response.create(
-        model=MODEL, input=PROMPT, max_output_tokens=5, stream=True, instructions="Be brief."
+        model=MODEL,
+        input=PROMPT,
+        max_output_tokens=16,
+        stream=True,
+        instructions="Be brief.",
+        extra_body={"ignore_eos": True},  # vLLM's: the whole cap, cut by it
     ) as raw:
         request_id = raw.headers["x-gateway-request-id"]
         events = list(raw.parse())
@@ -55,17 +62,16 @@ def test_a_stream_parses_event_by_event_and_its_usage_is_billed(
     deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     final = events[-1].response
     assert final.output_text == deltas and final.instructions == "Be brief."
-    assert final.usage is not None and final.usage.output_tokens == 5
+    assert final.usage is not None and final.usage.output_tokens == 16
     row = ledger_row(folder, request_id)
     assert row["operation"] == "responses"
-    assert (row["input_tokens"], row["output_tokens"]) == (final.usage.input_tokens, 5)
+    assert (row["input_tokens"], row["output_tokens"]) == (final.usage.input_tokens, 16)
 
 
 def test_the_stream_helper_accumulates_the_same_response(client: openai.OpenAI) -> None:
     """``responses.stream`` checks every event against the state it builds (item ids, indexes,
     argument deltas). It waits for ``response.completed``, which a function call gets (a text
-    answer cut by ``max_output_tokens``, as the simulator's always are, ends with
-    ``response.incomplete``, as OpenAI's do)."""
+    answer cut by ``max_output_tokens`` ends with ``response.incomplete``, as OpenAI's do)."""
     question = "What is the weather in Oslo?"
     with client.responses.stream(model=MODEL, input=question, tools=[WEATHER]) as stream:
         deltas = [e.delta for e in stream if e.type == "response.function_call_arguments.delta"]
@@ -93,8 +99,8 @@ def test_a_function_tool_round_trip(client: openai.OpenAI, stream: bool) -> None
 
 def _respond(client: openai.OpenAI, stream: bool, **kwargs: Any) -> Any:
     if not stream:
-        return client.responses.create(model=MODEL, max_output_tokens=8, **kwargs)
-    events = list(client.responses.create(model=MODEL, max_output_tokens=8, stream=True, **kwargs))
+        return client.responses.create(model=MODEL, max_output_tokens=16, **kwargs)
+    events = list(client.responses.create(model=MODEL, max_output_tokens=16, stream=True, **kwargs))
     assert events[-1].type in ("response.completed", "response.incomplete")
     return events[-1].response
 

@@ -16,13 +16,13 @@ from tests.integration.proxy.conftest import MODEL, WEATHER, ledger_row
 
 
 def streamed(client: openai.OpenAI, **kwargs: Any) -> Any:
-    events = list(client.responses.create(model=MODEL, max_output_tokens=8, stream=True, **kwargs))
+    events = list(client.responses.create(model=MODEL, max_output_tokens=16, stream=True, **kwargs))
     assert events[-1].type in ("response.completed", "response.incomplete")
     return events[-1].response
 
 
 def test_store_default_keeps_it_and_store_false_does_not(client: openai.OpenAI) -> None:
-    kept = client.responses.create(model=MODEL, input="Hello", max_output_tokens=4)
+    kept = client.responses.create(model=MODEL, input="Hello", max_output_tokens=16)
     assert kept.store is True
     again = client.responses.retrieve(kept.id)
     assert again.id == kept.id and again.output_text == kept.output_text
@@ -30,7 +30,7 @@ def test_store_default_keeps_it_and_store_false_does_not(client: openai.OpenAI) 
     kept_stream = streamed(client, input="Hello again")
     assert client.responses.retrieve(kept_stream.id).output_text == kept_stream.output_text
     for made in (
-        client.responses.create(model=MODEL, input="Hi", max_output_tokens=4, store=False),
+        client.responses.create(model=MODEL, input="Hi", max_output_tokens=16, store=False),
         streamed(client, input="Hi", store=False),
     ):
         assert made.store is False
@@ -46,7 +46,7 @@ def test_three_turns_with_a_function_call(
         if stream:
             return streamed(client, tools=[WEATHER], **kwargs)
         raw = client.responses.with_raw_response.create(
-            model=MODEL, max_output_tokens=8, tools=[WEATHER], **kwargs
+            model=MODEL, max_output_tokens=16, tools=[WEATHER], **kwargs
         )
         billed.append(raw.headers["x-gateway-request-id"])
         return raw.parse()

@@ -136,6 +136,7 @@ def _slow_stream(gw: GatewayProcess, result: dict[str, Any]) -> None:
             max_tokens=20,
             stream=True,
             extra_headers={"x-sim-itl-ms": "75"},
+            extra_body={"ignore_eos": True},  # vLLM's: the whole cap, 20 chunks
         )
         chunks = [c for c in stream if c.choices]
         result["chunks"] = sum(1 for c in chunks if c.choices[0].delta.content)

@@ -117,9 +117,10 @@ async def test_text_completion_non_streaming_and_streaming(fast_sim: SimProcess)
         chunks = [chunk async for chunk in stream]
     assert r.object == "text_completion"
     assert r.id.startswith("cmpl-")
-    assert r.choices[0].finish_reason == "length"
+    # max_tokens not given: the answer's own length, the simulator's --output-tokens (8 here),
+    # ended by a natural stop.
+    assert r.choices[0].finish_reason == "stop"
     assert r.usage is not None
-    # max_tokens not given: the simulator's --output-tokens (8 here).
     assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (8, 8)
     assert r.choices[0].text == text.output_text(text.prompt_seed(prompt), 8)
     assert all(ch.object == "text_completion" for ch in chunks)
@@ -171,7 +172,9 @@ async def test_prompt_plus_max_tokens_over_context_is_400(fast_sim: SimProcess) 
     long_prompt = " ".join(["word"] * (MAX_MODEL_LEN - 10))
     async with client(fast_sim) as c:
         # Fits: 246 prompt tokens + 10.
-        ok = await c.completions.create(model=MODELS[0], prompt=long_prompt, max_tokens=10)
+        ok = await c.completions.create(
+            model=MODELS[0], prompt=long_prompt, max_tokens=10, extra_body={"ignore_eos": True}
+        )
         assert ok.usage is not None and ok.usage.total_tokens == MAX_MODEL_LEN
         with pytest.raises(openai.BadRequestError) as info:
             await c.completions.create(model=MODELS[0], prompt=long_prompt, max_tokens=11)
@@ -181,6 +184,29 @@ async def test_prompt_plus_max_tokens_over_context_is_400(fast_sim: SimProcess) 
     assert error["code"] == 400
     assert "maximum context length is 256 tokens" in error["message"]
     assert "param" in error
+
+
+async def test_an_answer_stops_by_itself_unless_the_cap_cuts_it(fast_sim: SimProcess) -> None:
+    """As an engine: ``stop`` when the answer (8 tokens here) fits the cap, ``length`` only when
+    the cap cuts it or vLLM's ``ignore_eos`` asks for the whole cap; ``n`` choices."""
+    async with client(fast_sim) as c:
+        fits = await c.chat.completions.create(model=MODELS[0], messages=MESSAGES, max_tokens=20)
+        cut = await c.chat.completions.create(model=MODELS[0], messages=MESSAGES, max_tokens=3)
+        whole = await c.chat.completions.create(
+            model=MODELS[0], messages=MESSAGES, max_tokens=20, extra_body={"ignore_eos": True}
+        )
+        several = await c.chat.completions.create(
+            model=MODELS[0], messages=MESSAGES, max_tokens=20, n=3
+        )
+    assert fits.choices[0].finish_reason == "stop" and fits.usage is not None
+    assert fits.usage.completion_tokens == 8 and fits.choices[0].message.refusal is None
+    assert cut.choices[0].finish_reason == "length" and cut.usage is not None
+    assert cut.usage.completion_tokens == 3
+    assert whole.choices[0].finish_reason == "length" and whole.usage is not None
+    assert whole.usage.completion_tokens == 20
+    assert [ch.index for ch in several.choices] == [0, 1, 2] and several.usage is not None
+    assert several.usage.completion_tokens == 24
+    assert len({ch.message.content for ch in several.choices}) == 3
 
 
 async def test_unknown_model_is_404(fast_sim: SimProcess) -> None:

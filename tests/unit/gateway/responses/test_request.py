@@ -75,7 +75,7 @@ def test_an_image_by_url_stays_a_part() -> None:
 def test_sampling_tools_and_format_are_translated() -> None:
     schema = {"type": "object", "properties": {"a": {"type": "string"}}}
     got = chat(
-        max_output_tokens=7,
+        max_output_tokens=17,
         temperature=0.5,
         top_p=0.9,
         stop=["\n"],
@@ -91,7 +91,7 @@ def test_sampling_tools_and_format_are_translated() -> None:
     assert got == {
         "model": "m",
         "messages": [{"role": "user", "content": "hi"}],
-        "max_tokens": 7,
+        "max_tokens": 17,
         "temperature": 0.5,
         "top_p": 0.9,
         "stop": ["\n"],
@@ -152,14 +152,14 @@ def test_store_false_is_fine_and_a_missing_input_is_named() -> None:
 
 
 def test_parse_runs_the_translation_and_keeps_the_source() -> None:
-    body = orjson.dumps({"model": "m", "input": "hello world", "max_output_tokens": 9})
+    body = orjson.dumps({"model": "m", "input": "hello world", "max_output_tokens": 19})
     request = parse_responses(body, max_tokens_limit=100)
-    assert request.operation is Operation.RESPONSES and request.max_tokens == 9
+    assert request.operation is Operation.RESPONSES and request.max_tokens == 19
     assert request.source == orjson.loads(body) and not request.strip_usage
     assert orjson.loads(request.body)["messages"] == [{"role": "user", "content": "hello world"}]
     assert request.native_body("up") == orjson.dumps({**orjson.loads(body), "model": "up"})
     with pytest.raises(InvalidParameter) as caught:
-        parse_responses(body, max_tokens_limit=8)
+        parse_responses(body, max_tokens_limit=18)
     assert caught.value.param == "max_output_tokens"
 
 

@@ -188,10 +188,11 @@ def test_a_whole_chat_answer_is_a_response_object() -> None:
         ],
     }
     response = Response.model_validate(
-        response_of_chat(shell(), document, Usage(5, 3)), strict=True
+        response_of_chat(shell(), document, Usage(5, 3), 1_760_000_001), strict=True
     )
     assert [item.type for item in response.output] == ["message", "function_call"]
     assert response.output_text == "Calling." and response.status == "completed"
     assert response.tools[0].name == "f" and response.store is False
-    empty = Response.model_validate(response_of_chat(shell(), {}, None), strict=True)
-    assert empty.output == [] and empty.usage is None
+    empty = Response.model_validate(response_of_chat(shell(), {}, None, 1_760_000_001), strict=True)
+    # No usage reported: zeros (OpenAI's schema has no null there)
+    assert empty.output == [] and empty.usage is not None and empty.usage.total_tokens == 0
