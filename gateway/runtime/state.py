@@ -32,6 +32,7 @@ from gateway.routing.signals import EngineSignals
 
 if TYPE_CHECKING:
     from gateway.routing.shared_load import SharedLoad
+from gateway.routing.outcomes import OutcomeFeed
 from gateway.runtime.migrations import all_migrations
 from gateway.runtime.table import RoutingTable, UpstreamFactory, build_table
 from gateway.storage import Database
@@ -69,6 +70,9 @@ class GatewayState:
     """Reads the engines' vLLM gauges for the pools that name where."""
     shared_load: SharedLoad | None = None
     """Every gateway replica's load per pool, where the limits share Redis."""
+    outcomes: OutcomeFeed = field(default_factory=OutcomeFeed)
+    """Each settled exchange, as its replica delivered it, to the subscribers ``create_app``
+    registers (gateway/routing/outcomes.py)."""
 
     @classmethod
     def build(
