@@ -1,6 +1,8 @@
 """Routing policy as small named filters and scorers; they read load, they own none of it.
 
-A filter says whether a pool is saturated, and by which bound (``saturation``): the gateway's own
+Filters and scorers are named plugins (gateway/routing/filters.py, gateway/routing/scorers.py:
+each registry, what its plugins read, how to add one). A filter says whether a pool is
+saturated, and by which bound (``saturation``): the gateway's own
 count of requests and prompt tokens in flight and of streamed requests still waiting for their
 first token (always there), the engines' waiting queue and KV
 usage (their vLLM gauges, only while fresh). A scorer rates one replica of a pool from 0 to 1;
@@ -10,7 +12,8 @@ rotation::
     scores = ReplicaScores(weights, match.replica_blocks, len(match.blocks.hashes))
     replica = best_replica(pool.replicas, start, exclude=(), scores=scores)
 
-The scorers, each 0 to 1:
+The scorers are named plugins (gateway/routing/scorers.py: the registry, the views they read,
+how to add one); the built-in ones, each 0 to 1:
 
 - ``prefix``: the share of the prompt's blocks the replica probably holds (the prefix index);
 - ``queue``: ``1 - load / max load`` over the candidates, load being the requests this gateway
@@ -28,14 +31,18 @@ from collections.abc import Collection, Sequence
 from typing import Protocol, TypeVar
 
 from gateway.routing.config import PoolConfig, ScorerWeights
+from gateway.routing.filters import PoolLoad, filter_names, filters
 from gateway.routing.gauges import EngineGauges, EngineReading
+from gateway.routing.outcomes import OutcomeBook
+from gateway.routing.scorers import PoolView, ReplicaView, scorer
 
 IN_FLIGHT = "in_flight"
 WAITING = "waiting"
 KV_USAGE = "kv_usage"
 PROMPT_TOKENS = "prompt_tokens"
 STARTING = "starting"
-SATURATION_REASONS = (IN_FLIGHT, STARTING, WAITING, KV_USAGE, PROMPT_TOKENS)
+SATURATION_REASONS = filter_names()
+"""Every reason a pool may be saturated for: the registered filters' names."""
 
 
 def saturation(
@@ -46,26 +53,15 @@ def saturation(
     starting: int = 0,
     held_back: tuple[int, int] = (0, 0),
 ) -> str | None:
-    """The first bound the pool is past, or None. Engine bounds count only with a fresh
-    reading: a stale or missing one leaves the gateway's own view (never an error).
-    ``starting``: streamed requests sent whose first token has not come back. ``held_back``:
-    places and starts of ``capacity`` and ``max_starting`` this request may not use (flow
-    control's reserve, kept from the tenant holding the most)."""
-    places, starts = held_back
-    if config.capacity is not None and in_flight + places >= config.capacity:
-        return IN_FLIGHT
-    bounds = config.saturation
-    if bounds.max_starting is not None and starting + starts >= bounds.max_starting:
-        return STARTING
-    limit = bounds.max_prompt_tokens_in_flight
-    if limit is not None and prompt_tokens >= limit:
-        return PROMPT_TOKENS
-    if engine is not None:
-        if bounds.max_waiting is not None and engine.waiting > bounds.max_waiting:
-            return WAITING
-        kv = engine.kv_usage
-        if bounds.max_kv_usage is not None and kv is not None and kv >= bounds.max_kv_usage:
-            return KV_USAGE
+    """The name of the first registered filter (gateway/routing/filters.py) the pool is past,
+    or None. Engine bounds count only with a fresh reading: a stale or missing one leaves the
+    gateway's own view (never an error). ``starting``: streamed requests sent whose first token
+    has not come back. ``held_back``: places and starts of ``capacity`` and ``max_starting``
+    this request may not use (flow control's reserve, kept from the tenant holding the most)."""
+    load = PoolLoad(in_flight, prompt_tokens, engine, starting, held_back)
+    for name, past in filters():
+        if past(config, load):
+            return name
     return None
 
 
@@ -78,6 +74,9 @@ class ReplicaLike(Protocol):
 
     @property
     def gauges(self) -> EngineGauges | None: ...
+
+    @property
+    def label(self) -> str: ...
 
 
 class ReplicaScores:
@@ -101,50 +100,62 @@ R = TypeVar("R", bound="ReplicaLike")
 
 
 def best_replica(
-    replicas: Sequence[R], start: int, exclude: Collection[R], scores: ReplicaScores
+    replicas: Sequence[R],
+    start: int,
+    exclude: Collection[R],
+    scores: ReplicaScores,
+    pool: str = "",
+    outcomes: OutcomeBook | None = None,
 ) -> R | None:
-    """The available replica, not excluded, with the best weighted score; from ``start`` on
-    in rotation, so equal scores spread. No scorer on: the fewest outstanding."""
+    """The available replica, not excluded, with the best weighted score (the registered
+    scorers the weights turn on, gateway/routing/scorers.py); from ``start`` on in rotation, so
+    equal scores spread. No scorer on: the fewest outstanding. ``outcomes``: the pool's book of
+    what each replica delivered (the outcome feed), for the scorers that read it."""
     count = len(replicas)
-    order = [replicas[(start + i) % count] for i in range(count)]
-    candidates = [r for r in order if r.available and r not in exclude]
+    order = [(start + i) % count for i in range(count)]
+    candidates = [i for i in order if replicas[i].available and replicas[i] not in exclude]
     if not candidates:
         return None
-    weights = scores.weights
-    if not (weights.prefix or weights.queue or weights.kv_usage) or len(candidates) == 1:
-        return min(candidates, key=_outstanding)  # min keeps the first of equals
-    loads = [_load(r) for r in candidates]
-    top = max(loads)
-    best: R | None = None
+    active = scores.weights.active
+    if not active or len(candidates) == 1:
+        return min((replicas[i] for i in candidates), key=_outstanding)  # first of equals
+    view = _pool_view(replicas, candidates, scores, pool, outcomes)
+    best = 0
     best_score = -1.0
-    for replica, load in zip(candidates, loads, strict=True):
-        score = 0.0
-        if weights.prefix and scores.total_blocks:
-            held = scores.prefix_blocks[replicas.index(replica)] if scores.prefix_blocks else 0
-            score += weights.prefix * held / scores.total_blocks
-        if weights.queue:
-            score += weights.queue * (1.0 - load / top if top > 0 else 1.0)
-        if weights.kv_usage:
-            score += weights.kv_usage * (1.0 - _kv(replica))
+    plugins = [(scorer(name), weight) for name, weight in active]
+    for n, replica in enumerate(view.candidates):
+        score = sum(weight * plugin(view, replica) for plugin, weight in plugins)
         if score > best_score:
-            best, best_score = replica, score
-    return best
+            best, best_score = n, score
+    return replicas[candidates[best]]
+
+
+def _pool_view(
+    replicas: Sequence[R],
+    candidates: Sequence[int],
+    scores: ReplicaScores,
+    pool: str,
+    outcomes: OutcomeBook | None,
+) -> PoolView:
+    """The frozen view the scorers read for this one choice."""
+    held = scores.prefix_blocks
+    views = []
+    for i in candidates:
+        replica = replicas[i]
+        gauges = replica.gauges
+        views.append(
+            ReplicaView(
+                i,
+                replica.label,
+                replica.outstanding,
+                None if gauges is None else gauges.fresh(),
+                held[i] if held else 0,
+                None if outcomes is None else outcomes.figures(replica.label),
+            )
+        )
+    top = max(v.load for v in views)
+    return PoolView(pool, tuple(views), scores.total_blocks, top)
 
 
 def _outstanding(replica: ReplicaLike) -> int:
     return replica.outstanding
-
-
-def _load(replica: ReplicaLike) -> float:
-    """Requests on the replica: this gateway's outstanding, plus the engine's waiting queue."""
-    gauges = replica.gauges
-    reading = None if gauges is None else gauges.fresh()
-    return replica.outstanding + (0.0 if reading is None else reading.waiting)
-
-
-def _kv(replica: ReplicaLike) -> float:
-    gauges = replica.gauges
-    reading = None if gauges is None else gauges.fresh()
-    if reading is None or reading.kv_usage is None:
-        return 0.5  # unknown: the same for every replica, so it decides nothing
-    return min(1.0, max(0.0, reading.kv_usage))

@@ -20,6 +20,7 @@ from gateway.redact import redact_url
 from gateway.routing.breaker import BreakerState, CircuitBreaker
 from gateway.routing.config import PoolConfig
 from gateway.routing.gauges import EngineGauges
+from gateway.routing.outcomes import OutcomeBook
 from gateway.routing.policy import NO_SCORES, ReplicaScores, best_replica, saturation
 from gateway.routing.prefix import PrefixIndex, PromptBlocks
 from gateway.upstream.client import UpstreamClient
@@ -83,9 +84,6 @@ class Pool:
         self.replicas = [Replica(url, CircuitBreaker(config.breaker, clock)) for url in config.urls]
         self._next = 0  # rotates the starting point so equal loads spread evenly
         self.forward_headers = frozenset(n.encode() for n in config.forward_headers)
-        self.in_flight = 0
-        self.prompt_tokens = 0
-        """Prompt tokens of the requests this gateway has in flight on the pool."""
         self.starting = 0
         """Streamed requests sent to the pool whose first token has not come back yet."""
         self.others: tuple[int, int] = (0, 0)
@@ -101,6 +99,8 @@ class Pool:
             if config.prefix_index_blocks
             else None
         )
+        self.outcomes = OutcomeBook()
+        """What each replica delivered lately (the outcome feed; the scorers read it)."""
         self.on_release: Callable[[], None] | None = None
         """Told whenever a request leaves the pool (the flow-control queue may dispatch)."""
         self.retired = False
@@ -113,6 +113,17 @@ class Pool:
         if self._client is None:
             raise RuntimeError(f"pool {self.name!r} was built without a client")
         return self._client
+
+    @property
+    def in_flight(self) -> int:
+        """Requests this gateway has in flight on the pool: its replicas' own counts, summed
+        (one count per request, kept on the replica that took it)."""
+        return sum(r.outstanding for r in self.replicas)
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt tokens of the requests this gateway has in flight on the pool."""
+        return sum(r.prompt_tokens for r in self.replicas)
 
     @property
     def healthy(self) -> bool:
@@ -145,7 +156,7 @@ class Pool:
         count = len(replicas)
         start = self._next
         self._next = (start + 1) % count
-        best = best_replica(replicas, start, exclude, scores)
+        best = best_replica(replicas, start, exclude, scores, self.name, self.outcomes)
         if best is None:
             raise NoHealthyUpstream(
                 f"No healthy upstream in pool {self.name!r}; try again shortly.",
@@ -177,8 +188,6 @@ class Pool:
         replica.breaker.on_attempt()
         replica.outstanding += 1
         replica.prompt_tokens += prompt_tokens
-        self.in_flight += 1
-        self.prompt_tokens += prompt_tokens
         self.starting += starting
         if blocks is not None and blocks.hashes and self.prefix is not None:
             self.prefix.record(blocks, self.replicas.index(replica))
@@ -187,8 +196,6 @@ class Pool:
     def give_back(self, replica: Replica, prompt_tokens: int = 0, starting: bool = False) -> None:
         replica.outstanding -= 1
         replica.prompt_tokens -= prompt_tokens
-        self.in_flight -= 1
-        self.prompt_tokens -= prompt_tokens
         self.starting -= starting
         if self.on_release is not None:
             self.on_release()
