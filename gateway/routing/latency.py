@@ -35,7 +35,7 @@ IRLS_ROUNDS = 5
 class ModelSettings:
     window: int = 128
     min_samples: int = 16
-    refit_every: int = 4
+    refit_every: int = 32
     error_window: int = 256
 
     def __post_init__(self) -> None:
