@@ -39,6 +39,7 @@ from gateway.console import console_routes
 from gateway.endpoints import Healthz, ListModels, Metrics, OpenAPI, Readyz, RetrieveModel
 from gateway.middleware import RefusalLog, RequestIdMiddleware
 from gateway.proxy.handler import ProxyEndpoint
+from gateway.routing.outcomes import to_pool_books
 from gateway.runtime.reload import ConfigReloader, reload_on_sighup
 from gateway.runtime.state import GatewayState, UpstreamFactory
 from gateway.server.overload import InFlightLimit
@@ -66,6 +67,9 @@ def create_app(
     ``clock`` is what every part that measures time reads (the limiter, the key cache, the
     canary judge, the breakers and retry budget, the ledger's timestamps)."""
     state = GatewayState.build(config, upstream_factory, clock)
+    # The outcome feed's consumers (beside the ledger, metrics and canary the recorder feeds):
+    # each pool's book of what its replicas delivered, which the scorers read.
+    state.outcomes.subscribe(to_pool_books(lambda: state.table.pools))
     access_log = AccessLog(sys.stderr.fileno()) if config.server.access_log else None
     reloader = None if config_path is None else ConfigReloader(state, config_path)
 

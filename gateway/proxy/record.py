@@ -88,6 +88,7 @@ class Recorder:
         if admitted.turn is not None:  # a stored response cut before its end, kept as it got
             admitted.turn.settle(ending)
         observe(self.state.metrics, outcome)
+        self.state.outcomes.publish(outcome)  # the per-replica outcome feed
         if ended is not None:
             if ended.plan is not None:
                 exchange.table.routing.observe(route.router, ended.plan, outcome)
