@@ -5,6 +5,7 @@ prefix index, gateway/routing/prefix.py), the output cap and a trusted hint; it 
 (the canary's state machine is gateway/routing/router.py's). The decision, in order:
 
 - a trusted ``x-gateway-pool-hint``: that role (``hint``);
+- a latency-predicted choice (``RouteInput.predicted``, issue 38): that role, for its reason;
 - the tokens the colocated pool would have to prefill (the whole prompt, less the prefix it
   probably holds when ``prefix.enabled``) of at least ``pd_threshold_tokens``: PD
   (``prompt_long``);
@@ -47,6 +48,10 @@ class RouteInput:
     index)."""
     max_tokens: int | None
     hint: Role | None
+    predicted: tuple[Role, str] | None = None
+    """The latency-predicted choice (gateway/routing/slo_choice.py: a role and its reason,
+    ``meets_slo``, ``best_effort`` or ``fastest``), once every pool's model is confident; None:
+    the fixed threshold decides. The seam issue 38's decision fills (not filled yet)."""
 
 
 def pool_order(
@@ -70,6 +75,12 @@ def pool_order(
 def preferred_role(policy: RoutingPolicy, request: RouteInput) -> tuple[Role, str]:
     if request.hint is not None:
         return request.hint, HINT
+    predicted = request.predicted
+    if predicted is not None:
+        limit = policy.colocated_max_prompt_tokens
+        too_long = limit is not None and request.prompt_tokens > limit
+        if not (predicted[0] is Role.COLOCATED and too_long):  # its context cannot take it
+            return predicted
     threshold = policy.pd_threshold_tokens
     if request.colocated_uncached >= threshold:
         return Role.PD, PROMPT_LONG

@@ -32,6 +32,7 @@ from gateway.routing.signals import EngineSignals
 
 if TYPE_CHECKING:
     from gateway.routing.load_redis import SharedLoad
+from gateway.routing.latency import LatencyBook
 from gateway.routing.outcomes import OutcomeFeed
 from gateway.runtime.migrations import all_migrations
 from gateway.runtime.table import RoutingTable, UpstreamFactory, build_table
@@ -71,6 +72,8 @@ class GatewayState:
     shared_load: SharedLoad | None = None
     """Every gateway replica's load per pool, where the limits share Redis."""
     outcomes: OutcomeFeed = field(default_factory=OutcomeFeed)
+    latency: LatencyBook = field(default_factory=LatencyBook)
+    """TTFT/TPOT models per pool and replica, learned from ``outcomes`` (issue 38)."""
     """Each settled exchange, as its replica delivered it, to the subscribers ``create_app``
     registers (gateway/routing/outcomes.py)."""
 

@@ -17,7 +17,10 @@ class CapacitySettings:
     ``step_ms + prefill_per_token_ms * prefill_tokens + decode_per_seq_ms * decode_seqs``:
     prefill time follows the prompt tokens actually computed (cached ones cost nothing), decode
     time grows with the batch. ``kv_transfer_per_token_ms`` (a PD pool) holds each request's
-    first token back by that much per prompt token once its prefill is done::
+    first token back by that much per prompt token once its prefill is done (the KV link's
+    bandwidth: about 1 ms per prompt token is the llama-3-8b shape at ~300 MB/s).
+    ``kv_transfer_parallel`` is how many transfers the link carries at once (0: any number);
+    a transfer beyond it waits for the link, as NIXL over one TCP connection queues them::
 
         CapacitySettings(max_num_seqs=16, num_gpu_blocks=2048, prefill_per_token_ms=0.05)
     """
@@ -31,10 +34,11 @@ class CapacitySettings:
     prefill_per_token_ms: float = 0.02
     decode_per_seq_ms: float = 0.2
     kv_transfer_per_token_ms: float = 0.0
+    kv_transfer_parallel: int = 0
 
     def __post_init__(self) -> None:
         counts = (self.max_num_seqs, self.max_num_batched_tokens, self.block_size)
-        if min(counts) < 1 or self.num_gpu_blocks < 1:
+        if min(counts) < 1 or self.num_gpu_blocks < 1 or self.kv_transfer_parallel < 0:
             raise ValueError("capacity limits must be positive")
         costs = (
             self.step_ms,

@@ -106,6 +106,12 @@ def _add_capacity_arguments(p: argparse.ArgumentParser) -> None:
         default=c.kv_transfer_per_token_ms,
         help="a PD pool: the first token waits this much per prompt token after prefill",
     )
+    g.add_argument(
+        "--kv-transfer-parallel",
+        type=int,
+        default=c.kv_transfer_parallel,
+        help="transfers the KV link carries at once (0: any number); the rest queue",
+    )
 
 
 def capacity_from_args(args: argparse.Namespace) -> CapacitySettings | None:
@@ -121,6 +127,7 @@ def capacity_from_args(args: argparse.Namespace) -> CapacitySettings | None:
         prefill_per_token_ms=args.prefill_per_token_ms,
         decode_per_seq_ms=args.decode_per_seq_ms,
         kv_transfer_per_token_ms=args.kv_transfer_per_token_ms,
+        kv_transfer_parallel=args.kv_transfer_parallel,
     )
 
 

@@ -33,6 +33,12 @@ class EngineRun:
     seq: Seq
     arrived_at: float
     transfer_s: float
+    link: asyncio.Semaphore | None = None
+    """The KV link's places (``kv_transfer_parallel``); None: any number of transfers at once."""
+    observe_ttft: Callable[[float], None] | None = None
+    """Told the time to first token once the KV has moved (a PD pool's TTFT includes the wait
+    for the link, which only this run sees)."""
+    clock: Callable[[], float] = time.monotonic
     woken: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def tokens(self) -> AsyncIterator[int]:
@@ -47,7 +53,16 @@ class EngineRun:
             self.woken.clear()
             await self.woken.wait()
             if sent == 0 and self.transfer_s > 0 and self.seq.output_tokens:
-                await asyncio.sleep(self.transfer_s)  # PD: the KV moves before decode answers
+                await self._transfer()  # PD: the KV moves before decode answers
+
+    async def _transfer(self) -> None:
+        if self.link is None:
+            await asyncio.sleep(self.transfer_s)
+        else:
+            async with self.link:
+                await asyncio.sleep(self.transfer_s)
+        if self.observe_ttft is not None:
+            self.observe_ttft(self.clock() - self.arrived_at)
 
 
 class RequestTooLarge(Exception):
@@ -70,6 +85,8 @@ class SimEngine:
         self._runs: dict[Seq, EngineRun] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        parallel = capacity.kv_transfer_parallel
+        self._link = asyncio.Semaphore(parallel) if parallel > 0 else None
 
     def check(self, prompt_tokens: int, max_tokens: int) -> None:
         blocks = -(-(prompt_tokens + max_tokens) // self.capacity.block_size)
@@ -85,7 +102,9 @@ class SimEngine:
         self.check(len(tokens), max_tokens)
         seq = Seq(tokens, max_tokens)
         transfer = self.capacity.kv_transfer_per_token_ms * len(tokens) / 1000
-        run = EngineRun(seq, self._clock(), transfer)
+        run = EngineRun(
+            seq, self._clock(), transfer, self._link, self.metrics.observe_ttft, self._clock
+        )
         self._runs[seq] = run
         self.scheduler.add(seq)
         self._ensure_running()
@@ -113,8 +132,8 @@ class SimEngine:
                 run = self._runs.get(seq)
                 if run is None:
                     continue
-                if seq.output_tokens == 1:
-                    self.metrics.observe_ttft(now - run.arrived_at + run.transfer_s)
+                if seq.output_tokens == 1 and run.transfer_s == 0:
+                    self.metrics.observe_ttft(now - run.arrived_at)
                 run.woken.set()
 
     async def aclose(self) -> None:

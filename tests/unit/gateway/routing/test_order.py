@@ -49,3 +49,16 @@ def test_order_puts_the_other_role_second_unless_too_long_for_colocated() -> Non
         ("pd", "prompt_long"),
     )
     assert pool_order({Role.PD: "pd"}, POLICY, RouteInput(1, 1, None, None), "x") == (("pd", "x"),)
+
+
+def test_a_predicted_choice_decides_where_the_threshold_would_not() -> None:
+    # Today's H200: a long prompt predicted to meet its SLO only on colocated goes there.
+    long = RouteInput(2000, 2000, None, None, (Role.COLOCATED, "meets_slo"))
+    assert preferred_role(POLICY, long) == (Role.COLOCATED, "meets_slo")
+    short = RouteInput(200, 200, None, None, (Role.PD, "best_effort"))
+    assert preferred_role(POLICY, short) == (Role.PD, "best_effort")
+    hinted = RouteInput(200, 200, None, Role.COLOCATED, (Role.PD, "meets_slo"))
+    assert preferred_role(POLICY, hinted) == (Role.COLOCATED, "hint")  # a trusted hint first
+    too_long = POLICY.model_copy(update={"colocated_max_prompt_tokens": 2048})
+    past = RouteInput(3000, 3000, None, None, (Role.COLOCATED, "meets_slo"))
+    assert preferred_role(too_long, past) == (Role.PD, "prompt_long")
