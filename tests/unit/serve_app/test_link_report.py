@@ -10,7 +10,7 @@ import pytest
 from serve_app.kv_transfer_log import parse_transfer_lines
 from serve_app.link_report import gbps, link_report, side_link
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parent / "h200_kv_transfers"
 
 
 def side(connector: str, tls: str | None, backends: tuple[str, ...] = ("UCX",)) -> dict[str, Any]:
