@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from serve_app.config import deployments
 from serve_app.gpu import PER_WORKER_GPUS_ENV, effective_memory_utilization, gpu_demands, pack
+from serve_app.kv_link import check_link, check_push
 
 if TYPE_CHECKING:
     from serve_app.config import Deployment, PDPool, PDSide, RequestRouter, ServingConfig
@@ -157,6 +158,8 @@ def _check_pd(cfg: ServingConfig, pd: PDPool) -> Iterator[str]:
     for name, side in sides.items():
         yield from _check_kv_side(cfg, f"pd.{name}", name, side)
     yield from _check_kv_pair(pd)
+    yield from check_link(cfg, pd, {name: replica_env(cfg, side) for name, side in sides.items()})
+    yield from check_push(pd)
 
 
 def _check_same_model(cfg: ServingConfig, pd: PDPool) -> Iterator[str]:

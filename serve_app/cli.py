@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from serve_app.kv_link import config_notices
 from serve_app.loader import ConfigError, load_serving_config
 from serve_app.local import LocalStackError
 
@@ -66,6 +67,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("--timeout", type=float, default=60.0)
     doctor.add_argument(
+        "--serve-config",
+        type=Path,
+        help="the rendered Serve config (default: the local stack's), for the link's report",
+    )
+    doctor.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 also when the link report says SLOW (KV over TCP where a faster path exists)",
+    )
+    doctor.add_argument(
         "--efa",
         action="store_true",
         help="instead: is libfabric's efa provider present and usable here (fi_info -p efa)",
@@ -77,12 +88,14 @@ def _check_config(configs: Sequence[Path]) -> int:
     failed = 0
     for path in configs:
         try:
-            load_serving_config(path)
+            cfg = load_serving_config(path)
         except ConfigError as err:
             failed += 1
             print(f"{path}: invalid\n{err}", file=sys.stderr)
         else:
             print(f"{path}: ok")
+            for notice in config_notices(cfg):
+                print(f"{path}: note: {notice}")
     return 1 if failed else 0
 
 
@@ -139,7 +152,9 @@ def _doctor(args: argparse.Namespace) -> int:
         return 0 if report.usable else 1
     from serve_app.doctor import doctor_command
 
-    return doctor_command(args.state_dir, args.base_url, args.logs, args.timeout)
+    return doctor_command(
+        args.state_dir, args.base_url, args.logs, args.timeout, args.serve_config, args.strict
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

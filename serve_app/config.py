@@ -108,7 +108,10 @@ class NixlExtraConfig(Strict):
 class KVTransferConfig(Strict):
     """vLLM's ``kv_transfer_config``, with vLLM's own key names."""
 
-    kv_connector: Literal["NixlConnector"]
+    kv_connector: Literal["NixlConnector", "NixlPushConnector"]
+    """``NixlConnector``: decode pulls (NIXL READ). ``NixlPushConnector`` (vLLM 0.26's GPU kit):
+    prefill writes into decode's blocks (NIXL WRITE), the direction UCX runs over CUDA IPC on a
+    GPU without an NVLink peer; Ray Serve LLM registers no backend for it (serve_app/kv_link.py)."""
     kv_role: Literal["kv_both", "kv_producer", "kv_consumer"] = "kv_both"
     kv_buffer_device: Literal["cuda", "cpu"]
     engine_id: str | None = None
@@ -166,6 +169,11 @@ class Deployment(Scaling):
     at most ``gpu_fraction`` where one is set."""
     request_router: RequestRouter | None = None
     """How callers choose among this deployment's replicas (Ray Serve's default when unset)."""
+    stream_batching_interval_ms: float | None = Field(None, ge=0)
+    """Ray Serve LLM's ``experimental_configs.stream_batching_interval_ms``: how long a stream's
+    tokens are gathered before one flush to the caller (Ray's default 50 ms when unset; 0 sends
+    each token as the engine makes it). Larger values cost latency (ITL becomes 0 or the
+    interval) and save the ingress CPU per token; see examples/serving/README.md."""
 
 
 class PDSide(Deployment):
@@ -180,6 +188,10 @@ class PDSide(Deployment):
 class PDPool(Strict):
     app_name: str = "pd"
     route_prefix: str = Field("/pd", pattern=r"^/\S*$")
+    kv_link: Literal["auto", "same_host", "efa", "tcp", "host_memory"] = "auto"
+    """The path the KV cache takes between prefill and decode (serve_app/kv_link.py): same_host
+    (CUDA IPC), efa (LIBFABRIC), tcp (only when named; announced), host_memory (the CPU stack).
+    ``auto`` chooses from the accelerator and the backends."""
     ingress: Scaling = Scaling()
     prefill: PDSide
     decode: PDSide

@@ -23,6 +23,12 @@ import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import yaml
+
+from serve_app.kv_transfer_log import Transfer, parse_transfer_lines
+from serve_app.link_report import LinkReport, link_report
 
 _ACTOR_LINE = re.compile(r"^:actor_name:ServeReplica:(?P<app>[^:]+):(?P<role>[^:]+):", re.M)
 _BACKEND = re.compile(r"Backend (\w+) was instantiated")
@@ -119,6 +125,29 @@ def served_model(base_url: str) -> str:
         return str(json.loads(response.read())["data"][0]["id"])
 
 
+def log_offsets(paths: list[Path]) -> dict[Path, int]:
+    """How far each log has been written, so a request's own transfer lines can be told apart."""
+    return {path: path.stat().st_size for path in paths}
+
+
+def transfers_since(offsets: dict[Path, int]) -> list[Transfer]:
+    transfers: list[Transfer] = []
+    for path, offset in offsets.items():
+        with path.open("rb") as log:
+            log.seek(offset)
+            transfers += parse_transfer_lines(log.read().decode(errors="replace").splitlines())
+    return transfers
+
+
+def pd_side_config(serve_config: dict[str, Any], app: str, side: str) -> dict[str, Any] | None:
+    """One PD side's rendered ``LLMConfig`` (``prefill_config``/``decode_config``) of ``app``."""
+    for application in serve_config.get("applications", []):
+        if application.get("name") == app:
+            found = application.get("args", {}).get(f"{side}_config")
+            return found if isinstance(found, dict) else None
+    return None
+
+
 @dataclass
 class DoctorReport:
     completion_id: str
@@ -126,6 +155,7 @@ class DoctorReport:
     evidence: KVEvidence
     prefill_backends: list[str]
     decode_backends: list[str]
+    link: LinkReport | None = None
 
     def render(self) -> str:
         e = self.evidence
@@ -138,16 +168,23 @@ class DoctorReport:
             f"decode {self.decode_backends or ['none found']}",
         ]
         lines += [f"  decode log: {line[:300]}" for line in e.lines]
+        if self.link is not None:
+            lines += self.link.render()
         return "\n".join(lines)
 
 
 def run_doctor(
-    base_url: str, logs_dir: Path, app: str = "pd", timeout: float = 60.0
+    base_url: str,
+    logs_dir: Path,
+    app: str = "pd",
+    timeout: float = 60.0,
+    serve_config: dict[str, Any] | None = None,
 ) -> DoctorReport:
     decode_logs = replica_logs(logs_dir, app, "Decode")
     prefill_logs = replica_logs(logs_dir, app, "Prefill")
     if not decode_logs:
         raise FileNotFoundError(f"no Decode replica log of app {app!r} in {logs_dir}")
+    offsets = log_offsets(prefill_logs + decode_logs)
     body = {
         "model": served_model(base_url),
         "messages": [{"role": "user", "content": unique_prompt()}],
@@ -160,17 +197,28 @@ def run_doctor(
     completion_id = str(response["id"])
     usage = response.get("usage")
     prompt_tokens = int(usage.get("prompt_tokens", 0)) if isinstance(usage, dict) else 0
+    evidence = wait_for_kv_evidence(decode_logs, completion_id, timeout)
+    side = None if serve_config is None else pd_side_config(serve_config, app, "decode")
     return DoctorReport(
         completion_id=completion_id,
         prompt_tokens=prompt_tokens,
-        evidence=wait_for_kv_evidence(decode_logs, completion_id, timeout),
+        evidence=evidence,
         prefill_backends=backends_instantiated(prefill_logs),
         decode_backends=backends_instantiated(decode_logs),
+        link=None if side is None else link_report(side, transfers_since(offsets)),
     )
 
 
-def doctor_command(state_dir: Path, base_url: str | None, logs: Path | None, timeout: float) -> int:
-    """``pd-serve doctor``: 0 if the KV cache moved, 1 if not."""
+def doctor_command(
+    state_dir: Path,
+    base_url: str | None,
+    logs: Path | None,
+    timeout: float,
+    serve_config: Path | None = None,
+    strict: bool = False,
+) -> int:
+    """``pd-serve doctor``: 0 if the KV cache moved, 1 if not; with ``strict`` also 1 when the
+    link report says SLOW (KV over TCP where a faster path exists)."""
     from serve_app.local import load_state
 
     state = load_state(state_dir.resolve())
@@ -183,6 +231,13 @@ def doctor_command(state_dir: Path, base_url: str | None, logs: Path | None, tim
     if logs is None:
         assert state is not None and state.session_dir is not None
         logs = Path(state.session_dir) / "logs"
-    report = run_doctor(base_url.rstrip("/"), logs, timeout=timeout)
+    if serve_config is None and state is not None:
+        serve_config = Path(state.serve_config)
+    rendered = None
+    if serve_config is not None and serve_config.is_file():
+        rendered = yaml.safe_load(serve_config.read_text())
+    report = run_doctor(base_url.rstrip("/"), logs, timeout=timeout, serve_config=rendered)
     print(report.render())
-    return 0 if report.evidence.moved else 1
+    if not report.evidence.moved:
+        return 1
+    return 1 if strict and report.link is not None and report.link.slow else 0

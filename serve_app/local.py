@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 from serve_app import procs
 from serve_app.config import ServingConfig
+from serve_app.kv_link import config_notices
 from serve_app.loader import load_serving_config
 from serve_app.local_driver import EVENTS_FILE
 from serve_app.model_shapes import make_local_model
@@ -164,6 +165,8 @@ def _prepare(
         cfg = _on_this_machines_gpus(cfg)
     chosen = cfg.serve.http_port if port is None else port
     cfg = localise(cfg, free_port() if chosen == 0 else chosen)
+    for notice in config_notices(cfg):
+        progress.phase(f"note: {notice}")
     model_dir = Path(cfg.model.source)
     if model_dir.is_absolute() and not (model_dir / "config.json").is_file():
         shape = cfg.model.local_shape

@@ -28,6 +28,7 @@ from serve_app.config import (
     ServingConfig,
 )
 from serve_app.gpu import effective_memory_utilization, gpu_env, placement_group_config
+from serve_app.kv_link import pd_side_env
 
 PD_BUILDER = "ray.serve.llm:build_pd_openai_app"
 COLOCATED_BUILDER = "ray.serve.llm:build_openai_app"
@@ -50,8 +51,11 @@ def deployment_options(scaling: Scaling) -> dict[str, Any]:
     return options
 
 
-def llm_config(cfg: ServingConfig, deployment: Deployment) -> dict[str, Any]:
-    """A Ray Serve LLM ``LLMConfig`` (as a plain dict) for a prefill, decode or colocated engine."""
+def llm_config(
+    cfg: ServingConfig, deployment: Deployment, link_env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A Ray Serve LLM ``LLMConfig`` (as a plain dict) for a prefill, decode or colocated engine;
+    ``link_env``: what the KV link needs (serve_app/kv_link.py), under the config's own env."""
     loading: dict[str, Any] = {
         "model_id": cfg.model.id,
         "model_source": model_source(cfg, deployment),
@@ -74,13 +78,16 @@ def llm_config(cfg: ServingConfig, deployment: Deployment) -> dict[str, Any]:
     placement = placement_group_config(deployment)
     if placement is not None:
         config["placement_group_config"] = placement
-    env = {**gpu_env(deployment), **replica_env(cfg, deployment)}
+    env = {**gpu_env(deployment), **(link_env or {}), **replica_env(cfg, deployment)}
     if env:
         config["runtime_env"] = {"env_vars": env}
+    experimental: dict[str, Any] = {}
     if isinstance(deployment, PDSide) and deployment.side_channel_port_base is not None:
-        config["experimental_configs"] = {
-            "NIXL_SIDE_CHANNEL_PORT_BASE": deployment.side_channel_port_base
-        }
+        experimental["NIXL_SIDE_CHANNEL_PORT_BASE"] = deployment.side_channel_port_base
+    if deployment.stream_batching_interval_ms is not None:
+        experimental["stream_batching_interval_ms"] = deployment.stream_batching_interval_ms
+    if experimental:
+        config["experimental_configs"] = experimental
     return config
 
 
@@ -111,8 +118,8 @@ def _engine_kwargs(cfg: ServingConfig, deployment: Deployment) -> dict[str, Any]
 def pd_serving_args(cfg: ServingConfig, pd: PDPool) -> dict[str, Any]:
     """The argument of ``build_pd_openai_app`` (Ray's ``PDServingArgs``)."""
     return {
-        "prefill_config": llm_config(cfg, pd.prefill),
-        "decode_config": llm_config(cfg, pd.decode),
+        "prefill_config": llm_config(cfg, pd.prefill, pd_side_env(cfg, pd, "prefill")),
+        "decode_config": llm_config(cfg, pd.decode, pd_side_env(cfg, pd, "decode")),
         "ingress_deployment_config": deployment_options(pd.ingress),
     }
 

@@ -15,7 +15,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 # The kit, then this checkout (serve_app for the engines' plugins, Ray workers included).
 export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1 PD_GPU_STATE=/tmp/pd-gpu
-export PD_GPU_CONFIG=examples/serving/local-gpu-llama-8b.yaml
+export PD_GPU_CONFIG=${PD_GPU_CONFIG:-examples/serving/local-gpu-llama-8b.yaml}
 run_dir=/tmp/pd-run
 mkdir -p "$run_dir"
 t0=$(date +%s)
