@@ -22,12 +22,12 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 import orjson
 from prometheus_client import Counter
 
+from gateway.clock import Reading
 from gateway.errors import InvalidParameter, NotFound
 from gateway.metrics import GatewayMetrics
 from gateway.responses.request import translate
@@ -42,7 +42,6 @@ from gateway.wire.request import BodyShape, ParsedRequest, load_object
 logger = logging.getLogger(__name__)
 
 Json = dict[str, Any]
-Clock = Callable[[], float]
 ANONYMOUS = ""
 """The tenant of every response when keys are off: one caller, one tenant."""
 _STATELESS = (
@@ -57,7 +56,7 @@ class StoredResponses:
         config: ResponsesConfig,
         database: Database,
         metrics: GatewayMetrics,
-        clock: Clock = time.time,
+        clock: Reading = time.time,
     ) -> None:
         self.config = config
         self.store = SqlResponseStore(database)

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from enum import StrEnum
 
 from gateway.asgi import Scope
+from gateway.clock import Reading
 from gateway.values import value
 from gateway.wire.request import Operation
 from gateway.wire.usage import Usage
@@ -81,7 +81,7 @@ class Arrival:
     """``time.time()`` at arrival, for the ledger row."""
 
 
-def arrival_now(correlation_id: str | None, wall: Callable[[], float] = time.time) -> Arrival:
+def arrival_now(correlation_id: str | None, wall: Reading = time.time) -> Arrival:
     """A request arriving now, with a fresh gateway id; ``wall``: the app's clock's reading."""
     return Arrival(
         request_id=os.urandom(12).hex(),
