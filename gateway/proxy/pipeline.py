@@ -29,10 +29,14 @@ Reading :meth:`Pipeline.serve` is reading the product.
 from __future__ import annotations
 
 import asyncio
+from typing import Protocol
 
+from gateway.accounting.stage import Accounting
 from gateway.auth.models import Principal
+from gateway.config import GatewayConfig
 from gateway.errors import BodyTooLarge, GatewayError
-from gateway.flow.gate import Waited
+from gateway.flow.gate import FlowGate, Waited
+from gateway.metrics import GatewayMetrics
 from gateway.proxy.disconnect import DisconnectWatch
 from gateway.proxy.incoming import Incoming
 from gateway.proxy.record import Recorder
@@ -44,21 +48,42 @@ from gateway.routing.attempts import Attempt
 from gateway.routing.pools import Pool, Replica
 from gateway.routing.router import RoutePlan
 from gateway.routing.service import Caller
-from gateway.runtime.state import GatewayState
 from gateway.runtime.table import ModelRoute, RoutingTable
-from gateway.stored.service import Turn
+from gateway.stored.service import StoredResponses, Turn
+from gateway.telemetry import Tracing
 from gateway.tokens.counting import PromptTokens
 from gateway.upstream.client import UpstreamResponse
 from gateway.wire.outcome import Arrival, Ending, Outcome, OutcomeSlot
 from gateway.wire.request import BodyShape, Operation, ParsedRequest, parse_request
 
 
+class PipelineState(Protocol):
+    """What the pipeline reads of the app's state (the app's ``GatewayState`` is one)."""
+
+    @property
+    def config(self) -> GatewayConfig: ...
+    @property
+    def table(self) -> RoutingTable:
+        """The routing table now: read once per request, which keeps its snapshot to the end."""
+
+    @property
+    def accounting(self) -> Accounting: ...
+    @property
+    def responses(self) -> StoredResponses: ...
+    @property
+    def flow(self) -> FlowGate | None: ...
+    @property
+    def tracing(self) -> Tracing: ...
+    @property
+    def metrics(self) -> GatewayMetrics: ...
+
+
 class Pipeline:
     """Serves any proxied OpenAI operation (chat, completions, embeddings, responses)."""
 
-    def __init__(self, state: GatewayState) -> None:
+    def __init__(self, state: PipelineState) -> None:
         self.state = state
-        self.recorder = Recorder(state)
+        self.recorder = Recorder(state.metrics, state.accounting, state.tracing)
         server = state.config.server
         self.shape = BodyShape(server.max_json_containers, server.max_list_items)
         self.paths = {op: ("/v1/" + op.upstream, "/v1/" + op.value) for op in Operation}

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import time
 
+from gateway.accounting.stage import Accounting
 from gateway.metrics import GatewayMetrics
 from gateway.proxy.incoming import Incoming
 from gateway.proxy.stages import Ended, Exchange, Settled
-from gateway.runtime.state import GatewayState
 from gateway.runtime.table import ModelRoute
+from gateway.telemetry import Tracing
 from gateway.telemetry.attempt import prompt_length_band
 from gateway.telemetry.server import current_trace_id
 from gateway.wire.outcome import (
@@ -33,9 +34,13 @@ from gateway.wire.usage import settle_usage
 
 
 class Recorder:
-    def __init__(self, state: GatewayState) -> None:
-        self.state = state
-        self.tracing_on = state.tracing.provider is not None
+    """Settles and records through the three parts it needs: the metrics, the accounting (the
+    limiter's settlement, the ledger) and tracing (whether outcomes carry a trace id)."""
+
+    def __init__(self, metrics: GatewayMetrics, accounting: Accounting, tracing: Tracing) -> None:
+        self.metrics = metrics
+        self.accounting = accounting
+        self.tracing_on = tracing.provider is not None
 
     def refused(
         self,
@@ -48,7 +53,7 @@ class Recorder:
         """A request answered with an error before admission: no reservation, no ledger row."""
         settled = Settled(Ending.REFUSED, delivered=delivered)
         outcome = self._outcome(incoming, request, route, settled)
-        observe(self.state.metrics, outcome)
+        observe(self.metrics, outcome)
         slot.put(outcome)
 
     def admitted(
@@ -87,10 +92,10 @@ class Recorder:
             waited=None if ended is None else ended.waited,
         )
         outcome = self._outcome(incoming, request, route, settled)
-        self.state.accounting.settle(admitted.reservation, outcome)
+        self.accounting.settle(admitted.reservation, outcome)
         if admitted.turn is not None:  # a stored response cut before its end, kept as it got
             admitted.turn.settle(ending)
-        observe(self.state.metrics, outcome)
+        observe(self.metrics, outcome)
         if ended is not None:
             if ended.plan is not None:
                 exchange.table.routing.observe(route.router, ended.plan, outcome)
