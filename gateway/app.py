@@ -40,11 +40,11 @@ from gateway.endpoints import Healthz, ListModels, Metrics, OpenAPI, Readyz, Ret
 from gateway.middleware import RefusalLog, RequestIdMiddleware
 from gateway.proxy.endpoint import ProxyEndpoint
 from gateway.proxy.pipeline import Pipeline
+from gateway.response_store.api import responses_routes
 from gateway.runtime.reload import ConfigReloader, reload_on_sighup
 from gateway.runtime.state import GatewayState, UpstreamFactory
 from gateway.server.overload import InFlightLimit
 from gateway.server.refusals import REFUSALS_KEY, RefusalRecorder
-from gateway.stored.api import responses_routes
 from gateway.telemetry.server import ServerSpanMiddleware
 from gateway.upstream.http1 import Http1Upstream
 from gateway.wire.request import Operation

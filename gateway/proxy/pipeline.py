@@ -43,13 +43,13 @@ from gateway.proxy.record import Recorder
 from gateway.proxy.relay import Relay
 from gateway.proxy.sink import Sink
 from gateway.proxy.stages import Admitted, Ended, Exchange
-from gateway.responses.translator import translator_for
+from gateway.response_store.service import StoredResponses, Turn
+from gateway.responses_translation.translator import translator_for
 from gateway.routing.attempts import Attempt
 from gateway.routing.pools import Pool, Replica
 from gateway.routing.router import RoutePlan
 from gateway.routing.service import Caller
 from gateway.runtime.table import ModelRoute, RoutingTable
-from gateway.stored.service import StoredResponses, Turn
 from gateway.telemetry import Tracing
 from gateway.tokens.counting import PromptTokens
 from gateway.upstream.client import UpstreamResponse

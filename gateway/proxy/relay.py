@@ -33,7 +33,8 @@ from gateway.wire.usage import Usage, usage_from_upstream
 
 
 class ChunkTranslator(Protocol):
-    """Rewrites an upstream answer for the client, event by event (gateway/responses/)."""
+    """Rewrites an upstream answer for the client, event by event
+    (gateway/responses_translation/)."""
 
     def opening(self) -> bytes:
         """Sent as soon as the stream starts."""

@@ -17,10 +17,10 @@ from gateway.flow.gate import Waited
 from gateway.limits.admission import Reservation
 from gateway.proxy.relay import Relay
 from gateway.proxy.sink import Sink
+from gateway.response_store.service import Turn
 from gateway.routing.attempts import Attempts
 from gateway.routing.router import RoutePlan
 from gateway.runtime.table import ModelRoute, RoutingTable
-from gateway.stored.service import Turn
 from gateway.telemetry import Tracing
 from gateway.telemetry.attempt import UpstreamAttempts
 from gateway.tokens.counting import PromptTokens

@@ -28,14 +28,14 @@ import orjson
 from prometheus_client import Counter
 
 from gateway.clock import Reading
+from gateway.database.database import Database
 from gateway.errors import InvalidParameter, NotFound
 from gateway.metrics import GatewayMetrics
-from gateway.responses.request import translate
-from gateway.responses.stream import ResponseEvents
-from gateway.storage.database import Database
-from gateway.stored.config import ResponsesConfig
-from gateway.stored.items import MAX_ID_CHARS, conversation, input_items
-from gateway.stored.store import SqlResponseStore, StoredResponse
+from gateway.response_store.config import ResponsesConfig
+from gateway.response_store.items import MAX_ID_CHARS, conversation, input_items
+from gateway.response_store.store import SqlResponseStore, StoredResponse
+from gateway.responses_translation.request import translate
+from gateway.responses_translation.stream import ResponseEvents
 from gateway.wire.outcome import Ending
 from gateway.wire.request import BodyShape, ParsedRequest, load_object
 
@@ -198,7 +198,7 @@ class StoredResponses:
 
 class Turn:
     """One Responses request's part in the store: what it continues, whether and how its response
-    is kept (the translator's :class:`~gateway.responses.translator.Keeper`)."""
+    is kept (the translator's :class:`~gateway.responses_translation.translator.Keeper`)."""
 
     __slots__ = (
         "_events",

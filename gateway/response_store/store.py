@@ -20,8 +20,8 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from gateway.storage.database import Database
-from gateway.stored.schema import stored_responses
+from gateway.database.database import Database
+from gateway.response_store.schema import stored_responses
 from gateway.values import value
 
 Json = dict[str, Any]
