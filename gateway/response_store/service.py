@@ -25,7 +25,6 @@ import time
 from typing import Any
 
 import orjson
-from prometheus_client import Counter
 
 from gateway.clock import Reading
 from gateway.database.database import Database
@@ -61,17 +60,17 @@ class StoredResponses:
         self.config = config
         self.store = SqlResponseStore(database)
         self.clock = clock
-        self.kept = Counter(
+        self.kept = metrics.counter(
             "gateway_stored_responses",
             "Responses the gateway tried to store, by result (stored, too_large, failed)",
             ["result"],
-            registry=metrics.registry,
         )
-        self.expired = Counter(
+        # No labels: its one series, shown from the start (at 0).
+        self.expired = metrics.counter(
             "gateway_stored_responses_expired",
             "Stored responses removed by the retention sweep",
-            registry=metrics.registry,
-        )
+            [],
+        ).labels()
         self._writes: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
 
