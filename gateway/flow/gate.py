@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from gateway.asgi import Headers, find_header
 from gateway.auth.models import Principal
@@ -28,7 +28,7 @@ from gateway.errors import GatewayError
 from gateway.flow.bands import PRIORITY_HEADER, band_of
 from gateway.flow.config import FlowConfig
 from gateway.flow.metrics import FlowMetrics
-from gateway.flow.queue import FlowQueue, HasRoom, Ticket
+from gateway.flow.queue import NO_POOL, FlowQueue, HasRoom, Ticket
 from gateway.routing.pools import Pool
 from gateway.routing.router import RoutePlan
 from gateway.tokens.counting import PromptTokens
@@ -81,7 +81,7 @@ class FlowGate:
     ) -> Waited:
         queue = self.queue
         has_room = room_in(plan, self._held_back(waited.tenant))
-        if queue.waiting == 0 and has_room(queue.pending):
+        if queue.waiting == 0 and has_room(queue.pending) is not None:
             self._pass(waited)
             return waited  # the common case: no ticket, no suspension
         cost = prompt.count() + (request.max_tokens or 0)  # tokens, not requests (fairness)
@@ -184,19 +184,23 @@ _NOTHING_HELD_BACK = _nothing_held_back
 def room_in(
     plan: RoutePlan, held_back: Callable[[], tuple[int, int]] = _NOTHING_HELD_BACK
 ) -> HasRoom:
-    """Some healthy pool of the plan (or its fallback's) has headroom with ``pending`` more,
-    less what ``held_back()`` keeps from this request; or none is healthy at all (then dispatch
-    refuses it at once: nothing to wait for). Dispatch itself sees the plain bounds, looser than
+    """The first healthy pool of the plan (or its fallback's) with headroom, counting the
+    requests granted on it and not resumed (``pending[pool.name]``), less what ``held_back()``
+    keeps from this request; ``NO_POOL`` when none is healthy at all (then dispatch refuses it at
+    once: nothing to wait for); None: no room. Dispatch itself sees the plain bounds, looser than
     any held back, so a granted request always finds the pool the gate found room in."""
     pools = [pool for pool, _ in plan.pools]
     if plan.fallback is not None:
         pools.extend(pool for pool, _ in plan.fallback.pools)
 
-    def has_room(pending: int) -> bool:
+    def has_room(pending: Mapping[str, int]) -> str | None:
         healthy = [pool for pool in pools if pool.healthy]
         if not healthy:
-            return True
+            return NO_POOL
         kept = held_back()
-        return any(pool.saturation(pending, kept) is None for pool in healthy)
+        for pool in healthy:
+            if pool.saturation(pending.get(pool.name, 0), kept) is None:
+                return pool.name
+        return None
 
     return has_room

@@ -19,8 +19,9 @@ headroom it goes on at once, without a suspension. Otherwise:
     waited = await queue.enter(Ticket("standard", "tenant-a", cost=1200, size=4096), has_room)
     ...  # dispatch: the place is taken synchronously after ``enter`` returns
 
-A granted request counts as ``pending`` until it resumes, so one pump never grants more places
-than the pools have; it resumes and takes its replica in one synchronous step.
+A granted request counts as ``pending`` on the pool its room was found in until it resumes, so one
+pump never grants more places than that pool has, and a grant meant for one pool takes nothing
+from another's headroom; it resumes and takes its replica in one synchronous step.
 """
 
 from __future__ import annotations
@@ -28,16 +29,21 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections import deque
-from collections.abc import Callable
+from collections import Counter, deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gateway.errors import QueueRefused, Shed
 from gateway.flow.config import FlowConfig
 from gateway.values import value
 
-HasRoom = Callable[[int], bool]
-"""``has_room(pending)``: some pool of the request's plan has headroom with ``pending`` more."""
+HasRoom = Callable[[Mapping[str, int]], str | None]
+"""``has_room(pending)``: the name of a pool of the request's plan with headroom, counting
+``pending[name]`` granted requests about to arrive on each; ``""`` when the request need not
+wait for any pool (none is healthy: dispatch answers it at once); None: no room."""
+
+NO_POOL = ""
+"""What ``has_room`` names when the request goes on without a pool's place (nothing pending)."""
 
 DISPATCHED = "dispatched"
 TIMEOUT = "timeout"
@@ -67,6 +73,8 @@ class _Waiter:
     seq: int
     future: asyncio.Future[None]
     evicted: bool = False
+    granted: str = NO_POOL
+    """The pool its place was granted in (counted in ``pending`` until it resumes)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -97,7 +105,8 @@ class FlowQueue:
         self._seq = itertools.count()
         self.waiting = 0
         self.bytes = 0
-        self.pending = 0
+        self.pending: Counter[str] = Counter()
+        """Granted requests not resumed yet, per pool name."""
         self._recheck: asyncio.TimerHandle | None = None
 
     def depth(self, band: str) -> int:
@@ -109,7 +118,7 @@ class FlowQueue:
 
     async def enter(self, ticket: Ticket, has_room: HasRoom) -> float:
         """Seconds waited (0.0 when it went straight on); raises Shed or QueueRefused."""
-        if self.waiting == 0 and has_room(self.pending):
+        if self.waiting == 0 and has_room(self.pending) is not None:
             return 0.0
         band = self._bands[ticket.band]
         if band.sheddable:
@@ -138,7 +147,7 @@ class FlowQueue:
             # granted at the deadline itself: it goes on
         except asyncio.CancelledError:  # the client left (or a shutdown) while waiting
             if waiter.future.done() and not waiter.evicted:
-                self.pending -= 1  # granted but never resumed
+                self._resumed(waiter)  # granted but never resumed
                 self.pump()
             elif not waiter.future.done():
                 self._remove(band, waiter)
@@ -151,7 +160,7 @@ class FlowQueue:
                 "The queue is full of requests of higher priority; retry later.",
                 headers=self._retry_after(),
             )
-        self.pending -= 1  # resumed: it takes its replica now, in this same step
+        self._resumed(waiter)  # it takes its replica now, in this same step
         self._note(ticket.band, DISPATCHED, waited)
         return waited
 
@@ -161,23 +170,39 @@ class FlowQueue:
         have room where the best one's has none: its plan's pools differ, or flow control's
         reserve keeps places from the best one's tenant)."""
         while self.waiting:
-            waiter = self._next_with_room()
-            if waiter is None:
+            found = self._next_with_room()
+            if found is None:
                 break
+            waiter, pool = found
             band = self._bands[waiter.ticket.band]
             band.vtime = max(band.vtime, waiter.start)
             self._remove(band, waiter)
-            self.pending += 1
+            waiter.granted = pool
+            if pool:
+                self.pending[pool] += 1
             waiter.future.set_result(None)
         self._schedule_recheck()
 
-    def _next_with_room(self) -> _Waiter | None:
+    def _resumed(self, waiter: _Waiter) -> None:
+        pool = waiter.granted
+        if pool:
+            left = self.pending[pool] - 1
+            if left:
+                self.pending[pool] = left
+            else:
+                del self.pending[pool]  # only pools with grants outstanding: bounded
+
+    def _next_with_room(self) -> tuple[_Waiter, str] | None:
         for band in self._bands.values():
             if band.waiting:
                 heads = sorted(
                     (queue[0] for queue in band.tenants.values()), key=lambda w: (w.start, w.seq)
                 )
-                return next((w for w in heads if w.has_room(self.pending)), None)
+                for waiter in heads:
+                    pool = waiter.has_room(self.pending)
+                    if pool is not None:
+                        return waiter, pool
+                return None
         return None
 
     def _push(self, band: _Band, ticket: Ticket, has_room: HasRoom) -> _Waiter:
