@@ -41,6 +41,7 @@ from gateway.middleware import RefusalLog, RequestIdMiddleware
 from gateway.proxy.endpoint import ProxyEndpoint
 from gateway.proxy.pipeline import Pipeline
 from gateway.response_store.api import responses_routes
+from gateway.routing.outcomes import to_pool_books
 from gateway.runtime.reload import ConfigReloader, reload_on_sighup
 from gateway.runtime.state import GatewayState, UpstreamFactory
 from gateway.server.overload import InFlightLimit
@@ -67,6 +68,9 @@ def create_app(
     ``clock`` is what every part that measures time reads (the limiter, the key cache, the
     canary judge, the breakers and retry budget, the ledger's timestamps)."""
     state = GatewayState.build(config, upstream_factory, clock)
+    # The outcome feed's consumers (beside the ledger, metrics and canary the recorder feeds):
+    # each pool's book of what its replicas delivered, which the scorers read.
+    state.outcomes.subscribe(to_pool_books(lambda: state.table.pools))
     access_log = AccessLog(sys.stderr.fileno()) if config.server.access_log else None
     reloader = None if config_path is None else ConfigReloader(state, config_path)
 

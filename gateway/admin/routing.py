@@ -20,8 +20,8 @@ from starlette.routing import BaseRoute, Route
 from configkit import ConfigError
 from gateway.errors import InvalidJSON, InvalidParameter, InvalidRequest, ModelNotFound
 from gateway.flow.gate import FlowGate
+from gateway.routing.canary_judges import Canaries
 from gateway.routing.router import ModelRouter, Variant
-from gateway.routing.shared import Canaries
 from gateway.runtime.reload import ConfigReloader
 from gateway.runtime.table import RoutingTable, load_status, replica_status
 from gateway.wire.outcome import PRINCIPAL_KEY

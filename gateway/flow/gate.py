@@ -143,10 +143,6 @@ class FlowGate:
 
         return held_back
 
-    def pump(self) -> None:
-        """A request left a pool: a waiting one may go."""
-        self.queue.pump()
-
     def watch(self, pool: Pool) -> None:
         pool.on_release = self.queue.pump
 

@@ -46,6 +46,7 @@ from gateway.proxy.stages import Admitted, Ended, Exchange
 from gateway.response_store.service import StoredResponses, Turn
 from gateway.responses_translation.translator import translator_for
 from gateway.routing.attempts import Attempt
+from gateway.routing.outcomes import OutcomeFeed
 from gateway.routing.pools import Pool, Replica
 from gateway.routing.router import RoutePlan
 from gateway.routing.service import Caller
@@ -76,6 +77,8 @@ class PipelineState(Protocol):
     def tracing(self) -> Tracing: ...
     @property
     def metrics(self) -> GatewayMetrics: ...
+    @property
+    def outcomes(self) -> OutcomeFeed: ...
 
 
 class Pipeline:
@@ -83,7 +86,7 @@ class Pipeline:
 
     def __init__(self, state: PipelineState) -> None:
         self.state = state
-        self.recorder = Recorder(state.metrics, state.accounting, state.tracing)
+        self.recorder = Recorder(state.metrics, state.accounting, state.outcomes, state.tracing)
         server = state.config.server
         self.shape = BodyShape(server.max_json_containers, server.max_list_items)
         self.paths = {op: ("/v1/" + op.upstream, "/v1/" + op.value) for op in Operation}

@@ -17,6 +17,7 @@ from gateway.accounting.stage import Accounting
 from gateway.metrics import GatewayMetrics
 from gateway.proxy.incoming import Incoming
 from gateway.proxy.stages import Ended, Exchange, Settled
+from gateway.routing.outcomes import OutcomeFeed
 from gateway.runtime.table import ModelRoute
 from gateway.telemetry import Tracing
 from gateway.telemetry.attempt import prompt_length_band
@@ -34,12 +35,20 @@ from gateway.wire.usage import settle_usage
 
 
 class Recorder:
-    """Settles and records through the three parts it needs: the metrics, the accounting (the
-    limiter's settlement, the ledger) and tracing (whether outcomes carry a trace id)."""
+    """Settles and records through the parts it needs: the metrics, the accounting (the
+    limiter's settlement, the ledger), the per-replica outcome feed, and tracing (whether
+    outcomes carry a trace id)."""
 
-    def __init__(self, metrics: GatewayMetrics, accounting: Accounting, tracing: Tracing) -> None:
+    def __init__(
+        self,
+        metrics: GatewayMetrics,
+        accounting: Accounting,
+        outcomes: OutcomeFeed,
+        tracing: Tracing,
+    ) -> None:
         self.metrics = metrics
         self.accounting = accounting
+        self.outcomes = outcomes
         self.tracing_on = tracing.provider is not None
 
     def refused(
@@ -96,6 +105,7 @@ class Recorder:
         if admitted.turn is not None:  # a stored response cut before its end, kept as it got
             admitted.turn.settle(ending)
         observe(self.metrics, outcome)
+        self.outcomes.publish(outcome)  # the per-replica outcome feed
         if ended is not None:
             if ended.plan is not None:
                 exchange.table.routing.observe(route.router, ended.plan, outcome)

@@ -10,8 +10,13 @@
 - ``canary``: rendezvous hashing of keys onto weighted variants; the sliding window and the
   rollback rule (error rate or p95 time to first token worse than the baseline's by a margin, or
   past an absolute ceiling).
-- ``shared`` / ``shared_redis``: where the judgement is made: each router alone (in-process
-  limits), or one decision for the deployment from samples shared in the limits' Redis.
+- ``canary_judges`` / ``canary_judges_redis``: where the canary's judgement is made: each router
+  alone (in-process limits), or one decision for the deployment from samples shared in the
+  limits' Redis.
+- ``load_redis``: the load (requests and prompt tokens in flight per pool) that gateway replicas
+  share through Redis.
+- ``scorers``: the replica scorers as named plugins (the registry, the views they read, how to
+  add one); ``outcomes``: the per-replica outcome feed and each pool's book of it.
 - ``service``: the route stage the handler calls; ``table`` builds it all from a config;
   ``reload``: SIGHUP and ``POST /admin/routing/reload``; ``admin``: ``/admin/routing``.
 

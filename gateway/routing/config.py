@@ -17,14 +17,16 @@ and are frozen like the rest of the configuration.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Collection, Mapping
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from configkit import StrictModel
+from gateway.routing.scorers import scorer_names
 from gateway.tokens.config import TokenizerConfig
 from gateway.upstream.config import Timeouts
 
@@ -72,8 +74,12 @@ class PrefixPolicy(_Strict):
 
 
 class ScorerWeights(_Strict):
-    """How a replica is chosen within a pool: the weighted sum of small scorers, each 0 to 1
-    (gateway/routing/policy.py). A weight of 0 turns a scorer off."""
+    """How a replica is chosen within a pool: the weighted sum of named scorers, each 0 to 1
+    (gateway/routing/scorers.py, where a new one is registered). A weight of 0 turns a scorer
+    off; a built-in one left out keeps its default; a name no scorer is registered under is
+    refused."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     prefix: float = Field(2.0, ge=0)
     """The share of the prompt the replica probably holds (the prefix index)."""
@@ -81,6 +87,36 @@ class ScorerWeights(_Strict):
     """Fewest requests waiting or in flight, relative to the pool's replicas."""
     kv_usage: float = Field(1.0, ge=0)
     """Emptiest KV cache (the engine's own gauge, when fresh)."""
+    _active: tuple[tuple[str, float], ...] = PrivateAttr(default=())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unknown_keys_suggest(cls, data: Any) -> Any:
+        """The keys are scorer names: the registered ones, not only the fields."""
+        if isinstance(data, dict):
+            known = set(scorer_names())
+            for name, weight in data.items():
+                if name not in known:
+                    close = difflib.get_close_matches(str(name), sorted(known), n=1)
+                    hint = f" (did you mean {close[0]!r}?)" if close else ""
+                    raise ValueError(f"{name}: no scorer is registered under this name{hint}")
+                if isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
+                    raise ValueError(f"{name}: a scorer's weight is a number >= 0")
+        return data
+
+    @model_validator(mode="after")
+    def _weights(self) -> ScorerWeights:
+        extra = self.__pydantic_extra__ or {}
+        weights = {"prefix": self.prefix, "queue": self.queue, "kv_usage": self.kv_usage}
+        weights.update((name, float(weight)) for name, weight in extra.items())
+        self._active = tuple((name, w) for name, w in weights.items() if w > 0)
+        return self
+
+    @property
+    def active(self) -> tuple[tuple[str, float], ...]:
+        """The scorers turned on, with their weights, in config order (the built-in ones
+        first)."""
+        return self._active
 
 
 class RoutingPolicy(_Strict):

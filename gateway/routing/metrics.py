@@ -5,7 +5,7 @@ Labels are bounded: model, variant and pool names come from config; reasons from
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gateway.metrics import LATENCY_BUCKETS, Children, GatewayMetrics
 
@@ -13,8 +13,21 @@ _TOKENS_PER_SECOND_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)
 
 
 class RoutingMetrics:
+    """Routing's metrics, declared in groups: decisions and retries, variants, canaries, pools,
+    engines."""
+
     def __init__(self, gateway: GatewayMetrics) -> None:
         r = gateway.registry
+        self._decisions(r)
+        self._variants(r)
+        self._canaries(gateway, r)
+        self._pools(r)
+        self._engines(r)
+        self.reloads = Counter(
+            "gateway_config_reloads", "Configuration reloads by result", ["result"], registry=r
+        )
+
+    def _decisions(self, r: CollectorRegistry) -> None:
         self.decisions = Counter(
             "gateway_routing_decisions",
             "Requests by the variant and pool that served them, and why",
@@ -33,6 +46,9 @@ class RoutingMetrics:
             ["model"],
             registry=r,
         )
+        self.decision = Children(self.decisions)
+
+    def _variants(self, r: CollectorRegistry) -> None:
         self.variant_requests = Counter(
             "gateway_variant_requests",
             "Finished requests per model variant",
@@ -59,6 +75,11 @@ class RoutingMetrics:
             ["model", "variant"],
             registry=r,
         )
+        self.variant_request = Children(self.variant_requests)
+        self.variant_first_token = Children(self.variant_ttft)
+        self.variant_speed = Children(self.variant_tokens_per_second)
+
+    def _canaries(self, gateway: GatewayMetrics, r: CollectorRegistry) -> None:
         self.rollbacks = gateway.canary_rollbacks  # declared with the gateway's metrics
         self.failovers = Counter(
             "gateway_canary_failovers",
@@ -79,6 +100,8 @@ class RoutingMetrics:
             ["model", "variant"],
             registry=r,
         )
+
+    def _pools(self, r: CollectorRegistry) -> None:
         self.breaker_open = Gauge(
             "gateway_replica_breaker_open",
             "1 while the replica's circuit breaker is open or half-open",
@@ -105,6 +128,14 @@ class RoutingMetrics:
             ["pool", "reason"],
             registry=r,
         )
+        self.prefix_index_blocks = Gauge(
+            "gateway_prefix_index_blocks",
+            "Block names held by the pool's prefix index",
+            ["pool"],
+            registry=r,
+        )
+
+    def _engines(self, r: CollectorRegistry) -> None:
         self.engine_waiting = Gauge(
             "gateway_engine_requests_waiting",
             "The pool's engines' waiting queue, as last read (vllm:num_requests_waiting)",
@@ -134,17 +165,4 @@ class RoutingMetrics:
             "1 while the pool's engine gauges are within their freshness bound",
             ["pool"],
             registry=r,
-        )
-        self.prefix_index_blocks = Gauge(
-            "gateway_prefix_index_blocks",
-            "Block names held by the pool's prefix index",
-            ["pool"],
-            registry=r,
-        )
-        self.decision = Children(self.decisions)
-        self.variant_request = Children(self.variant_requests)
-        self.variant_first_token = Children(self.variant_ttft)
-        self.variant_speed = Children(self.variant_tokens_per_second)
-        self.reloads = Counter(
-            "gateway_config_reloads", "Configuration reloads by result", ["result"], registry=r
         )

@@ -10,7 +10,8 @@ rotation::
     scores = ReplicaScores(weights, match.replica_blocks, len(match.blocks.hashes))
     replica = best_replica(pool.replicas, start, exclude=(), scores=scores)
 
-The scorers, each 0 to 1:
+The scorers are named plugins (gateway/routing/scorers.py: the registry, the views they read,
+how to add one); the built-in ones, each 0 to 1:
 
 - ``prefix``: the share of the prompt's blocks the replica probably holds (the prefix index);
 - ``queue``: ``1 - load / max load`` over the candidates, load being the requests this gateway
@@ -29,6 +30,8 @@ from typing import Protocol, TypeVar
 
 from gateway.routing.config import PoolConfig, ScorerWeights
 from gateway.routing.gauges import EngineGauges, EngineReading
+from gateway.routing.outcomes import OutcomeBook
+from gateway.routing.scorers import PoolView, ReplicaView, scorer
 
 IN_FLIGHT = "in_flight"
 WAITING = "waiting"
@@ -79,6 +82,9 @@ class ReplicaLike(Protocol):
     @property
     def gauges(self) -> EngineGauges | None: ...
 
+    @property
+    def label(self) -> str: ...
+
 
 class ReplicaScores:
     """What the scorers need of one request: the weights, and the prefix blocks each replica
@@ -101,50 +107,62 @@ R = TypeVar("R", bound="ReplicaLike")
 
 
 def best_replica(
-    replicas: Sequence[R], start: int, exclude: Collection[R], scores: ReplicaScores
+    replicas: Sequence[R],
+    start: int,
+    exclude: Collection[R],
+    scores: ReplicaScores,
+    pool: str = "",
+    outcomes: OutcomeBook | None = None,
 ) -> R | None:
-    """The available replica, not excluded, with the best weighted score; from ``start`` on
-    in rotation, so equal scores spread. No scorer on: the fewest outstanding."""
+    """The available replica, not excluded, with the best weighted score (the registered
+    scorers the weights turn on, gateway/routing/scorers.py); from ``start`` on in rotation, so
+    equal scores spread. No scorer on: the fewest outstanding. ``outcomes``: the pool's book of
+    what each replica delivered (the outcome feed), for the scorers that read it."""
     count = len(replicas)
-    order = [replicas[(start + i) % count] for i in range(count)]
-    candidates = [r for r in order if r.available and r not in exclude]
+    order = [(start + i) % count for i in range(count)]
+    candidates = [i for i in order if replicas[i].available and replicas[i] not in exclude]
     if not candidates:
         return None
-    weights = scores.weights
-    if not (weights.prefix or weights.queue or weights.kv_usage) or len(candidates) == 1:
-        return min(candidates, key=_outstanding)  # min keeps the first of equals
-    loads = [_load(r) for r in candidates]
-    top = max(loads)
-    best: R | None = None
+    active = scores.weights.active
+    if not active or len(candidates) == 1:
+        return min((replicas[i] for i in candidates), key=_outstanding)  # first of equals
+    view = _pool_view(replicas, candidates, scores, pool, outcomes)
+    best = 0
     best_score = -1.0
-    for replica, load in zip(candidates, loads, strict=True):
-        score = 0.0
-        if weights.prefix and scores.total_blocks:
-            held = scores.prefix_blocks[replicas.index(replica)] if scores.prefix_blocks else 0
-            score += weights.prefix * held / scores.total_blocks
-        if weights.queue:
-            score += weights.queue * (1.0 - load / top if top > 0 else 1.0)
-        if weights.kv_usage:
-            score += weights.kv_usage * (1.0 - _kv(replica))
+    plugins = [(scorer(name), weight) for name, weight in active]
+    for n, replica in enumerate(view.candidates):
+        score = sum(weight * plugin(view, replica) for plugin, weight in plugins)
         if score > best_score:
-            best, best_score = replica, score
-    return best
+            best, best_score = n, score
+    return replicas[candidates[best]]
+
+
+def _pool_view(
+    replicas: Sequence[R],
+    candidates: Sequence[int],
+    scores: ReplicaScores,
+    pool: str,
+    outcomes: OutcomeBook | None,
+) -> PoolView:
+    """The frozen view the scorers read for this one choice."""
+    held = scores.prefix_blocks
+    views = []
+    for i in candidates:
+        replica = replicas[i]
+        gauges = replica.gauges
+        views.append(
+            ReplicaView(
+                i,
+                replica.label,
+                replica.outstanding,
+                None if gauges is None else gauges.fresh(),
+                held[i] if held else 0,
+                None if outcomes is None else outcomes.figures(replica.label),
+            )
+        )
+    top = max(v.load for v in views)
+    return PoolView(pool, tuple(views), scores.total_blocks, top)
 
 
 def _outstanding(replica: ReplicaLike) -> int:
     return replica.outstanding
-
-
-def _load(replica: ReplicaLike) -> float:
-    """Requests on the replica: this gateway's outstanding, plus the engine's waiting queue."""
-    gauges = replica.gauges
-    reading = None if gauges is None else gauges.fresh()
-    return replica.outstanding + (0.0 if reading is None else reading.waiting)
-
-
-def _kv(replica: ReplicaLike) -> float:
-    gauges = replica.gauges
-    reading = None if gauges is None else gauges.fresh()
-    if reading is None or reading.kv_usage is None:
-        return 0.5  # unknown: the same for every replica, so it decides nothing
-    return min(1.0, max(0.0, reading.kv_usage))

@@ -20,6 +20,7 @@ from gateway.redact import redact_url
 from gateway.routing.breaker import BreakerState, CircuitBreaker
 from gateway.routing.config import PoolConfig
 from gateway.routing.gauges import EngineGauges
+from gateway.routing.outcomes import OutcomeBook
 from gateway.routing.policy import NO_SCORES, ReplicaScores, best_replica, saturation
 from gateway.routing.prefix import PrefixIndex, PromptBlocks
 from gateway.upstream.client import UpstreamClient
@@ -101,6 +102,8 @@ class Pool:
             if config.prefix_index_blocks
             else None
         )
+        self.outcomes = OutcomeBook()
+        """What each replica delivered lately (the outcome feed; the scorers read it)."""
         self.on_release: Callable[[], None] | None = None
         """Told whenever a request leaves the pool (the flow-control queue may dispatch)."""
         self.retired = False
@@ -145,7 +148,7 @@ class Pool:
         count = len(replicas)
         start = self._next
         self._next = (start + 1) % count
-        best = best_replica(replicas, start, exclude, scores)
+        best = best_replica(replicas, start, exclude, scores, self.name, self.outcomes)
         if best is None:
             raise NoHealthyUpstream(
                 f"No healthy upstream in pool {self.name!r}; try again shortly.",

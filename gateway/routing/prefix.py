@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gateway.values import value
@@ -41,10 +41,6 @@ class PromptBlocks:
     chars: int
     """Characters of the canonical text (all of it, hashed or not)."""
     block_chars: int
-
-    @property
-    def hashed_chars(self) -> int:
-        return len(self.hashes) * self.block_chars
 
 
 NO_BLOCKS = PromptBlocks((), 0, 64)
@@ -211,8 +207,3 @@ def _settle(per_replica: list[int], bits: int, blocks: int) -> None:
 
 def matched(index: PrefixIndex | None, blocks: PromptBlocks) -> PrefixMatch:
     return NO_MATCH if index is None or not blocks.hashes else index.match(blocks)
-
-
-def replica_bits(replicas: Sequence[object], replica: object) -> int:
-    """The replica's position in its pool (its bit in the index)."""
-    return next(i for i, r in enumerate(replicas) if r is replica)

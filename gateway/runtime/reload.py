@@ -25,9 +25,9 @@ from typing import Any, Protocol
 
 from gateway.clock import Clock
 from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.routing.canary_judges import Canaries
 from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.pools import Pool
-from gateway.routing.shared import Canaries
 from gateway.runtime.table import (
     RoutingTable,
     UpstreamFactory,

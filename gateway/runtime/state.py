@@ -24,16 +24,17 @@ from gateway.flow.gate import FlowGate
 from gateway.flow.metrics import FlowMetrics
 from gateway.limits.admission import RateLimiter
 from gateway.metrics import GatewayMetrics
+from gateway.routing.canary_judges import Canaries, LocalCanaries
 from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.pools import Pool, ProbeFn, check_forever, check_once
 from gateway.routing.router import ModelRouter
-from gateway.routing.shared import Canaries, LocalCanaries
 from gateway.routing.signals import EngineSignals
 
 if TYPE_CHECKING:
-    from gateway.routing.shared_load import SharedLoad
+    from gateway.routing.load_redis import SharedLoad
 from gateway.database import Database
 from gateway.response_store.service import StoredResponses
+from gateway.routing.outcomes import OutcomeFeed
 from gateway.runtime.migrations import all_migrations
 from gateway.runtime.table import RoutingTable, UpstreamFactory, build_table
 from gateway.telemetry import Tracing, TracingConfig, build_tracing
@@ -69,6 +70,9 @@ class GatewayState:
     """Reads the engines' vLLM gauges for the pools that name where."""
     shared_load: SharedLoad | None = None
     """Every gateway replica's load per pool, where the limits share Redis."""
+    outcomes: OutcomeFeed = field(default_factory=OutcomeFeed)
+    """Each settled exchange, as its replica delivered it, to the subscribers ``create_app``
+    registers (gateway/routing/outcomes.py)."""
 
     @classmethod
     def build(
@@ -158,13 +162,13 @@ class GatewayState:
 
 
 def build_shared_load(config: GatewayConfig) -> SharedLoad | None:
-    """Where the rate limits share Redis, so does the load view (gateway/routing/shared_load.py)."""
+    """Where the rate limits share Redis, so does the load view (gateway/routing/load_redis.py)."""
     limits = config.limits
     if not (limits.enabled and limits.backend == "redis"):
         return None
     assert limits.redis_url is not None  # the config validator requires it
     require("redis", "limits.backend: redis")
-    from gateway.routing.shared_load import SharedLoad  # only with the redis extra
+    from gateway.routing.load_redis import SharedLoad  # only with the redis extra
 
     return SharedLoad.from_url(
         limits.redis_url, prefix=limits.key_prefix, timeout=limits.redis_timeout
@@ -179,7 +183,7 @@ def build_canaries(
     if limits.enabled and limits.backend == "redis":
         assert limits.redis_url is not None  # the config validator requires it
         require("redis", "limits.backend: redis")
-        from gateway.routing.shared_redis import RedisCanaries  # only with the redis extra
+        from gateway.routing.canary_judges_redis import RedisCanaries  # only with the redis extra
 
         return RedisCanaries(
             limits.redis_url,

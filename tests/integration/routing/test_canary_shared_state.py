@@ -18,10 +18,10 @@ import redis
 from gateway.clock import SYSTEM_CLOCK, Clock, ManualClock
 from gateway.config import parse_config
 from gateway.metrics import GatewayMetrics
+from gateway.routing.canary_judges_redis import JUDGE_SECONDS, SYNC_SECONDS, RedisCanaries
 from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.pools import Pool
 from gateway.routing.router import ModelRouter
-from gateway.routing.shared_redis import JUDGE_SECONDS, SYNC_SECONDS, RedisCanaries
 from gateway.runtime.table import build_routing
 from tests.redisserver import RedisServer, redis_available, spawn_redis
 

@@ -1,4 +1,4 @@
-"""The load view that gateway replicas share through a real Redis (routing/shared_load.py)."""
+"""The load view that gateway replicas share through a real Redis (routing/load_redis.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.routing.config import PoolConfig
+from gateway.routing.load_redis import SharedLoad
 from gateway.routing.pools import Pool
-from gateway.routing.shared_load import SharedLoad
 from tests.redisserver import RedisServer, redis_available, spawn_redis
 
 pytestmark = pytest.mark.skipif(not redis_available(), reason="needs redis-server")

@@ -4,7 +4,8 @@ With the in-process limiter there is one replica, so each router judges its own 
 (:class:`LocalCanaries`). With the Redis limiter backend, every replica pushes its outcomes to one
 window per variant in Redis and judges that shared window; the rollback is one ``HSETNX``, so it is
 decided once, and every replica reads the rollback state every ``SYNC_SECONDS`` (a quarter of a
-second) and stops sending to the variant (:class:`gateway.routing.shared_redis.RedisCanaries`).
+second) and stops sending to the variant
+(:class:`gateway.routing.canary_judges_redis.RedisCanaries`).
 Re-enabling is an operator's act (``PUT /admin/routing/models/M/variants/V``), shared the same way,
 logged and counted::
 

@@ -33,9 +33,9 @@ from redis.exceptions import RedisError
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.errors import RoutingStateUnavailable
 from gateway.routing.canary import summarise, verdict
+from gateway.routing.canary_judges import Routers, apply_weight
 from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.router import ModelRouter, Variant
-from gateway.routing.shared import Routers, apply_weight
 
 logger = logging.getLogger(__name__)
 
