@@ -1,6 +1,8 @@
 """Routing policy as small named filters and scorers; they read load, they own none of it.
 
-A filter says whether a pool is saturated, and by which bound (``saturation``): the gateway's own
+Filters and scorers are named plugins (gateway/routing/filters.py, gateway/routing/scorers.py:
+each registry, what its plugins read, how to add one). A filter says whether a pool is
+saturated, and by which bound (``saturation``): the gateway's own
 count of requests and prompt tokens in flight and of streamed requests still waiting for their
 first token (always there), the engines' waiting queue and KV
 usage (their vLLM gauges, only while fresh). A scorer rates one replica of a pool from 0 to 1;
@@ -29,6 +31,7 @@ from collections.abc import Collection, Sequence
 from typing import Protocol, TypeVar
 
 from gateway.routing.config import PoolConfig, ScorerWeights
+from gateway.routing.filters import PoolLoad, filter_names, filters
 from gateway.routing.gauges import EngineGauges, EngineReading
 from gateway.routing.outcomes import OutcomeBook
 from gateway.routing.scorers import PoolView, ReplicaView, scorer
@@ -38,7 +41,8 @@ WAITING = "waiting"
 KV_USAGE = "kv_usage"
 PROMPT_TOKENS = "prompt_tokens"
 STARTING = "starting"
-SATURATION_REASONS = (IN_FLIGHT, STARTING, WAITING, KV_USAGE, PROMPT_TOKENS)
+SATURATION_REASONS = filter_names()
+"""Every reason a pool may be saturated for: the registered filters' names."""
 
 
 def saturation(
@@ -49,26 +53,15 @@ def saturation(
     starting: int = 0,
     held_back: tuple[int, int] = (0, 0),
 ) -> str | None:
-    """The first bound the pool is past, or None. Engine bounds count only with a fresh
-    reading: a stale or missing one leaves the gateway's own view (never an error).
-    ``starting``: streamed requests sent whose first token has not come back. ``held_back``:
-    places and starts of ``capacity`` and ``max_starting`` this request may not use (flow
-    control's reserve, kept from the tenant holding the most)."""
-    places, starts = held_back
-    if config.capacity is not None and in_flight + places >= config.capacity:
-        return IN_FLIGHT
-    bounds = config.saturation
-    if bounds.max_starting is not None and starting + starts >= bounds.max_starting:
-        return STARTING
-    limit = bounds.max_prompt_tokens_in_flight
-    if limit is not None and prompt_tokens >= limit:
-        return PROMPT_TOKENS
-    if engine is not None:
-        if bounds.max_waiting is not None and engine.waiting > bounds.max_waiting:
-            return WAITING
-        kv = engine.kv_usage
-        if bounds.max_kv_usage is not None and kv is not None and kv >= bounds.max_kv_usage:
-            return KV_USAGE
+    """The name of the first registered filter (gateway/routing/filters.py) the pool is past,
+    or None. Engine bounds count only with a fresh reading: a stale or missing one leaves the
+    gateway's own view (never an error). ``starting``: streamed requests sent whose first token
+    has not come back. ``held_back``: places and starts of ``capacity`` and ``max_starting``
+    this request may not use (flow control's reserve, kept from the tenant holding the most)."""
+    load = PoolLoad(in_flight, prompt_tokens, engine, starting, held_back)
+    for name, past in filters():
+        if past(config, load):
+            return name
     return None
 
 

@@ -84,9 +84,6 @@ class Pool:
         self.replicas = [Replica(url, CircuitBreaker(config.breaker, clock)) for url in config.urls]
         self._next = 0  # rotates the starting point so equal loads spread evenly
         self.forward_headers = frozenset(n.encode() for n in config.forward_headers)
-        self.in_flight = 0
-        self.prompt_tokens = 0
-        """Prompt tokens of the requests this gateway has in flight on the pool."""
         self.starting = 0
         """Streamed requests sent to the pool whose first token has not come back yet."""
         self.others: tuple[int, int] = (0, 0)
@@ -116,6 +113,17 @@ class Pool:
         if self._client is None:
             raise RuntimeError(f"pool {self.name!r} was built without a client")
         return self._client
+
+    @property
+    def in_flight(self) -> int:
+        """Requests this gateway has in flight on the pool: its replicas' own counts, summed
+        (one count per request, kept on the replica that took it)."""
+        return sum(r.outstanding for r in self.replicas)
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt tokens of the requests this gateway has in flight on the pool."""
+        return sum(r.prompt_tokens for r in self.replicas)
 
     @property
     def healthy(self) -> bool:
@@ -180,8 +188,6 @@ class Pool:
         replica.breaker.on_attempt()
         replica.outstanding += 1
         replica.prompt_tokens += prompt_tokens
-        self.in_flight += 1
-        self.prompt_tokens += prompt_tokens
         self.starting += starting
         if blocks is not None and blocks.hashes and self.prefix is not None:
             self.prefix.record(blocks, self.replicas.index(replica))
@@ -190,8 +196,6 @@ class Pool:
     def give_back(self, replica: Replica, prompt_tokens: int = 0, starting: bool = False) -> None:
         replica.outstanding -= 1
         replica.prompt_tokens -= prompt_tokens
-        self.in_flight -= 1
-        self.prompt_tokens -= prompt_tokens
         self.starting -= starting
         if self.on_release is not None:
             self.on_release()
