@@ -38,7 +38,9 @@ from gateway.config import GatewayConfig
 from gateway.console import console_routes
 from gateway.endpoints import Healthz, ListModels, Metrics, OpenAPI, Readyz, RetrieveModel
 from gateway.middleware import RefusalLog, RequestIdMiddleware
-from gateway.proxy.handler import ProxyEndpoint
+from gateway.proxy.endpoint import ProxyEndpoint
+from gateway.proxy.pipeline import Pipeline
+from gateway.response_store.api import responses_routes
 from gateway.routing.latency import to_latency_book
 from gateway.routing.outcomes import to_pool_books
 from gateway.runtime.reload import ConfigReloader, reload_on_sighup
@@ -46,7 +48,6 @@ from gateway.runtime.roles import pd_pools
 from gateway.runtime.state import GatewayState, UpstreamFactory
 from gateway.server.overload import InFlightLimit
 from gateway.server.refusals import REFUSALS_KEY, RefusalRecorder
-from gateway.stored.api import responses_routes
 from gateway.telemetry.server import ServerSpanMiddleware
 from gateway.upstream.http1 import Http1Upstream
 from gateway.wire.request import Operation
@@ -95,7 +96,9 @@ def create_app(
             if access_log is not None:
                 access_log.close()
 
-    proxies = {"/v1/" + op.value: ProxyEndpoint(op, state) for op in Operation}
+    # The pipeline serves requests with no HTTP in them; each endpoint adapts ASGI to it.
+    pipeline = Pipeline(state)
+    proxies = {"/v1/" + op.value: ProxyEndpoint(op, pipeline) for op in Operation}
     routes: list[BaseRoute] = []  # described by the OpenAPI endpoint, which is one of them
     routes += [
         *(Route(path, endpoint, methods=["POST"]) for path, endpoint in proxies.items()),
@@ -154,6 +157,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.gateway = state
+    app.state.pipeline = pipeline  # the entry point for requests that do not come over HTTP
     return app
 
 

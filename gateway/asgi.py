@@ -2,21 +2,38 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from starlette.types import Message, Receive, Scope, Send
 
-__all__ = ["Message", "Receive", "Scope", "Send", "header", "send_response"]
+__all__ = [
+    "Headers",
+    "Message",
+    "Receive",
+    "Scope",
+    "Send",
+    "find_header",
+    "header",
+    "send_response",
+]
 
 JSON = b"application/json"
+
+Headers = Sequence[tuple[bytes, bytes]]
+"""Request headers as ASGI gives them: (lower-case name, value) pairs, in order."""
+
+
+def find_header(headers: Headers, name: bytes) -> bytes | None:
+    """The first value of a header; ``name`` in lower case."""
+    for key, value in headers:
+        if key == name:
+            return value
+    return None
 
 
 def header(scope: Scope, name: bytes) -> bytes | None:
     """The first value of a request header; ``name`` in lower case."""
-    for key, value in scope["headers"]:
-        if key == name:
-            return value  # type: ignore[no-any-return]
-    return None
+    return find_header(scope["headers"], name)
 
 
 async def send_response(

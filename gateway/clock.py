@@ -20,7 +20,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-__all__ = ["SYSTEM_CLOCK", "Clock", "ManualClock"]
+__all__ = ["SYSTEM_CLOCK", "Clock", "ManualClock", "Reading"]
+
+Reading = Callable[[], float]
+"""One of a clock's readings (``clock.wall``, ``clock.monotonic``, ``time.perf_counter``): what a
+part that needs only one takes. :class:`Clock` is the app's pair; nothing else is named Clock."""
 
 
 class Clock:

@@ -21,12 +21,12 @@ from pydantic import Field, model_validator
 from configkit import ConfigError, StrictModel, format_validation_error, parse_model, read_yaml
 from gateway.accounting.config import AccountingConfig
 from gateway.auth.config import AuthConfig
+from gateway.database.config import StorageConfig
 from gateway.extras import MissingExtra, require
 from gateway.flow.config import FlowConfig
 from gateway.limits.config import LimitsConfig
+from gateway.response_store.config import ResponsesConfig
 from gateway.routing.config import ModelConfig, PoolConfig, RetryConfig, model_pool_errors
-from gateway.storage.config import StorageConfig
-from gateway.stored.config import ResponsesConfig
 from gateway.telemetry.config import TracingConfig
 from gateway.tokens.config import TokenizerConfig
 from gateway.upstream.config import Timeouts
@@ -123,12 +123,12 @@ class GatewayConfig(StrictModel):
     """Rate limits per key and tenant (gateway/limits/config.py)."""
     accounting: AccountingConfig = AccountingConfig()
     storage: StorageConfig = StorageConfig()
-    """The shared store of keys and usage (gateway/storage/config.py)."""
+    """The shared store of keys and usage (gateway/database/config.py)."""
     auth: AuthConfig = AuthConfig()
     """API keys, the cache bound, the admin API (gateway/auth/config.py)."""
     console: ConsoleConfig = ConsoleConfig()
     responses: ResponsesConfig = ResponsesConfig()
-    """Stored Responses API answers: retention and bounds (gateway/stored/config.py)."""
+    """Stored Responses API answers: retention and bounds (gateway/response_store/config.py)."""
     flow: FlowConfig = FlowConfig()
     """Flow control: the queue for requests no pool has room for (gateway/flow/config.py)."""
 

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from pydantic import BaseModel
 from starlette.routing import BaseRoute
 
+from gateway.accounting.stage import Accounting
 from gateway.asgi import Receive, Scope, Send, send_response
 from gateway.auth.access import may_see
 from gateway.auth.middleware import PUBLIC_VIEW_KEY
 from gateway.errors import ModelNotFound
+from gateway.flow.gate import FlowGate
+from gateway.metrics import GatewayMetrics
 from gateway.openapi import openapi_document
-from gateway.runtime.state import GatewayState
-from gateway.runtime.table import ModelRoute, publish_pool_state
+from gateway.routing.metrics import RoutingMetrics
+from gateway.runtime.table import ModelRoute, RoutingTable, publish_pool_state
 from gateway.wire.outcome import PRINCIPAL_KEY
 
 
@@ -23,8 +26,37 @@ def _model_entry(route: ModelRoute, created: int) -> dict[str, Any]:
     return {"id": route.name, "object": "model", "created": created, "owned_by": route.owned_by}
 
 
+class Catalog(Protocol):
+    """What the model endpoints read: the models now, and when the gateway started."""
+
+    @property
+    def table(self) -> RoutingTable: ...
+    @property
+    def started_at(self) -> int: ...
+
+
+class Readiness(Protocol):
+    @property
+    def table(self) -> RoutingTable: ...
+    @property
+    def accounting(self) -> Accounting: ...
+
+
+class Exposition(Protocol):
+    """What ``/metrics`` reads: both metric sets, the pools to publish, flow control's queue."""
+
+    @property
+    def metrics(self) -> GatewayMetrics: ...
+    @property
+    def routing_metrics(self) -> RoutingMetrics: ...
+    @property
+    def table(self) -> RoutingTable: ...
+    @property
+    def flow(self) -> FlowGate | None: ...
+
+
 class ListModels:
-    def __init__(self, state: GatewayState) -> None:
+    def __init__(self, state: Catalog) -> None:
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -38,7 +70,7 @@ class ListModels:
 
 
 class RetrieveModel:
-    def __init__(self, state: GatewayState) -> None:
+    def __init__(self, state: Catalog) -> None:
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -61,7 +93,7 @@ class Readyz:
     answers (or its policy is to fail open). Public, so it names no replica (URLs may carry
     credentials) and no failure reason: those are in the admin view ``GET /admin/routing``."""
 
-    def __init__(self, state: GatewayState) -> None:
+    def __init__(self, state: Readiness) -> None:
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -78,7 +110,7 @@ class Readyz:
 
 
 class Metrics:
-    def __init__(self, state: GatewayState) -> None:
+    def __init__(self, state: Exposition) -> None:
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

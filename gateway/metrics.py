@@ -193,42 +193,108 @@ TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1
 
 
 class GatewayMetrics:
+    """Every metric of one app. One style for what is counted: :class:`PlainCounter` and
+    :class:`PlainHistogram`, ``metric.labels(...)`` at each use (a dict lookup, no lock), made
+    with :meth:`counter` and :meth:`histogram` so that they are exposed; prometheus_client's
+    own types only for gauges, which are set rarely or read when scraped."""
+
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.tenant_registry = CollectorRegistry(auto_describe=True)
         """The series labelled by tenant: never on a public surface."""
-        r = self.registry
-        # Updated by every request: plain numbers, exposed by one collector (see PlainCounter).
-        self.requests = PlainCounter(
+        self._public = PlainMetrics([])
+        self._tenants = PlainMetrics([])
+        self.registry.register(self._public)
+        self.tenant_registry.register(self._tenants)
+        self._requests()
+        self._phases()
+        self._replicas()
+        self._refusals()
+
+    def counter(
+        self, name: str, documentation: str, labelnames: list[str], *, tenants: bool = False
+    ) -> PlainCounter:
+        """A counter exposed on this app's registry (``tenants``: on the tenants' one)."""
+        counter = PlainCounter(name, documentation, labelnames)
+        (self._tenants if tenants else self._public).metrics.append(counter)
+        return counter
+
+    def histogram(
+        self, name: str, documentation: str, labelnames: list[str], buckets: tuple[float, ...]
+    ) -> PlainHistogram:
+        histogram = PlainHistogram(name, documentation, labelnames, buckets)
+        self._public.metrics.append(histogram)
+        return histogram
+
+    def _requests(self) -> None:
+        """What every request updates: its count, duration and first byte, its tokens."""
+        self.requests = self.counter(
             "gateway_requests", "Requests answered", ["model", "pool", "variant", "status"]
         )
         # A plain count, read when scraped: a locked gauge update twice per request cost more.
         self.requests_in_flight = 0
-        self.in_flight = Gauge("gateway_requests_in_flight", "Requests in progress", registry=r)
+        self.in_flight = Gauge(
+            "gateway_requests_in_flight", "Requests in progress", registry=self.registry
+        )
         self.in_flight.set_function(lambda: self.requests_in_flight)
-        self.duration = PlainHistogram(
+        self.duration = self.histogram(
             "gateway_request_duration_seconds",
             "Time from request to the last byte of the response",
             ["model", "pool"],
             LATENCY_BUCKETS,
         )
-        self.time_to_first_byte = PlainHistogram(
+        self.time_to_first_byte = self.histogram(
             "gateway_time_to_first_byte_seconds",
             "Time from request to the first upstream body byte relayed",
             ["model", "pool"],
             LATENCY_BUCKETS,
         )
-        self.upstream_errors = Counter(
-            "gateway_upstream_errors", "Upstream failures by kind", ["pool", "kind"], registry=r
+        self.upstream_errors = self.counter(
+            "gateway_upstream_errors", "Upstream failures by kind", ["pool", "kind"]
         )
-        self.client_disconnects = Counter(
-            "gateway_client_disconnects",
-            "Requests the client abandoned",
+        self.client_disconnects = self.counter(
+            "gateway_client_disconnects", "Requests the client abandoned", ["model", "pool"]
+        )
+        self.tokens = self.counter(
+            "gateway_tokens",
+            "Tokens by tenant, model and direction (input or output)",
+            ["tenant", "model", "direction"],
+            tenants=True,
+        )
+        self.tenant_requests = self.counter(
+            "gateway_tenant_requests",
+            "Requests by tenant and status class (2xx, 4xx, 5xx)",
+            ["tenant", "status_class"],
+            tenants=True,
+        )
+        self.partial_requests = self.counter(
+            "gateway_partial_requests",
+            "Requests accounted from what was delivered (answers not delivered whole)",
+            ["model"],
+        )
+
+    def _phases(self) -> None:
+        """Per phase (issue 7): named after gen_ai.server.time_to_first_token and
+        gen_ai.server.time_per_output_token; prompt_length is a band ("256-1k"), never a
+        number."""
+        self.time_to_first_token = self.histogram(
+            "gen_ai_server_time_to_first_token_seconds",
+            "Time from request received to the first output token (streaming)",
+            ["model", "pool", "prompt_length"],
+            TTFT_BUCKETS,
+        )
+        self.time_per_output_token = self.histogram(
+            "gen_ai_server_time_per_output_token_seconds",
+            "Decode time per output token after the first (streaming)",
             ["model", "pool"],
-            registry=r,
+            TPOT_BUCKETS,
         )
+
+    def _replicas(self) -> None:
+        """The pools' state, set when scraped (gateway/runtime/table.py)."""
+        r = self.registry
         self.replica_healthy = Gauge(
             "gateway_replica_healthy",
             "1 if the replica is in rotation",
@@ -241,74 +307,31 @@ class GatewayMetrics:
         self.pool_healthy = Gauge(
             "gateway_pool_healthy", "1 if the pool has a replica in rotation", ["pool"], registry=r
         )
-        # Per phase (issue 7): named after gen_ai.server.time_to_first_token and
-        # gen_ai.server.time_per_output_token; prompt_length is a band ("256-1k"), never a number.
-        self.time_to_first_token = PlainHistogram(
-            "gen_ai_server_time_to_first_token_seconds",
-            "Time from request received to the first output token (streaming)",
-            ["model", "pool", "prompt_length"],
-            TTFT_BUCKETS,
-        )
-        self.time_per_output_token = PlainHistogram(
-            "gen_ai_server_time_per_output_token_seconds",
-            "Decode time per output token after the first (streaming)",
-            ["model", "pool"],
-            TPOT_BUCKETS,
-        )
-        self.tokens = PlainCounter(
-            "gateway_tokens",
-            "Tokens by tenant, model and direction (input or output)",
-            ["tenant", "model", "direction"],
-        )
-        self.tenant_requests = PlainCounter(
-            "gateway_tenant_requests",
-            "Requests by tenant and status class (2xx, 4xx, 5xx)",
-            ["tenant", "status_class"],
-        )
-        self.partial_requests = PlainCounter(
-            "gateway_partial_requests",
-            "Requests accounted from what was delivered (answers not delivered whole)",
-            ["model"],
-        )
-        # Counted by the limiter (issue 5) and the canary (issue 6).
-        self.rate_limit_refusals = Counter(
+
+    def _refusals(self) -> None:
+        """Refused by the limiter (issue 5), the server's caps, or rolled back (issue 6)."""
+        self.rate_limit_refusals = self.counter(
             "gateway_rate_limit_refusals",
             "Requests refused by a rate limit",
             ["tenant", "limit"],
-            registry=self.tenant_registry,
+            tenants=True,
         )
         # Refused by the server's own caps, before any request stage (gateway/server/overload.py;
         # "connections" by the edge protocol, gateway/server/refusals.py).
-        self.overload_refusals = Counter(
+        self.overload_refusals = self.counter(
             "gateway_overload_refusals",
             "Requests refused by the server's caps (in_flight, uploads, client_uploads, "
             "connections)",
             ["reason"],
-            registry=r,
         )
         self.uploads_in_progress = Gauge(
-            "gateway_uploads_in_progress", "Request bodies still arriving", registry=r
+            "gateway_uploads_in_progress", "Request bodies still arriving", registry=self.registry
         )
-        self.canary_rollbacks = Counter(
+        self.canary_rollbacks = self.counter(
             "gateway_canary_rollbacks",
             "Canary variants rolled back automatically",
             ["model", "variant"],
-            registry=r,
         )
-
-        r.register(
-            PlainMetrics(
-                [
-                    self.requests,
-                    self.duration,
-                    self.time_to_first_byte,
-                    self.time_to_first_token,
-                    self.time_per_output_token,
-                    self.partial_requests,
-                ]
-            )
-        )
-        self.tenant_registry.register(PlainMetrics([self.tokens, self.tenant_requests]))
 
     def render(self, *, tenants: bool = True) -> bytes:
         """The Prometheus text; ``tenants=False`` leaves out every series labelled by tenant."""

@@ -23,7 +23,14 @@ from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
 from gateway.server.overload import REFUSAL_KEY, refusal_counter
-from gateway.wire.outcome import ARRIVAL_KEY, OUTCOME_KEY, Arrival, Outcome, OutcomeSlot
+from gateway.wire.outcome import (
+    ARRIVAL_KEY,
+    OUTCOME_KEY,
+    Arrival,
+    Outcome,
+    OutcomeSlot,
+    arrival_now,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -43,12 +50,7 @@ def correlation_id_from(scope: Scope) -> str | None:
 
 
 def new_arrival(scope: Scope, clock: Clock = SYSTEM_CLOCK) -> Arrival:
-    return Arrival(
-        request_id=os.urandom(12).hex(),
-        correlation_id=correlation_id_from(scope),
-        started=time.perf_counter(),
-        started_wall=clock.wall(),
-    )
+    return arrival_now(correlation_id_from(scope), clock.wall)
 
 
 class RequestIdMiddleware:

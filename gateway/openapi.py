@@ -126,9 +126,9 @@ _RESPONSES_DESCRIPTION = (
 )
 
 
-# The Responses input items the gateway translates (gateway/responses/request.py), as it checks
-# them: a message (its type may be left out), a function call, a function call's output; only
-# user messages may carry images (by URL).
+# The Responses input items the gateway translates (gateway/responses_translation/request.py),
+# as it checks them: a message (its type may be left out), a function call, a function call's
+# output; only user messages may carry images (by URL).
 _STRING = {"type": "string"}
 _NONEMPTY = {"type": "string", "minLength": 1}
 _TEXT_PART = {
@@ -478,7 +478,7 @@ def _op(
 def _management_paths(errors: dict[str, Any]) -> dict[str, Any]:
     """Usage, keys and routing: what the web console reads (it has no other API), and the
     stored responses. Their fields are described in gateway/accounting/usage_api.py,
-    gateway/admin/*.py and gateway/stored/api.py."""
+    gateway/admin/*.py and gateway/response_store/api.py."""
     t, k, r = ("tenant",), ("key",), ("response_id",)
     return {
         "/v1/responses/{response_id}": {

@@ -34,8 +34,8 @@ from gateway.auth.keys import KeyHasher
 from gateway.auth.manage import KeyManager, KeySpec, TenantSpec
 from gateway.auth.middleware import AuthMiddleware
 from gateway.auth.store import AuthStore
+from gateway.database import Database, StorageConfig
 from gateway.runtime.migrations import all_migrations
-from gateway.storage import Database, StorageConfig
 
 HASH_SECRET = "bench-auth-hash-secret-0123456789"
 ROUNDS = 3

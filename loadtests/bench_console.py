@@ -27,8 +27,8 @@ from typing import Any
 import httpx
 from playwright.sync_api import Page, sync_playwright
 
+from gateway.database import Database, StorageConfig
 from gateway.runtime.migrations import all_migrations
-from gateway.storage import Database, StorageConfig
 from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS
 from tests.gatewayproc import start_gateway
 from tests.integration.auth.conftest import ENV, Admin, admin_key

@@ -32,6 +32,7 @@ import uvloop
 from fast_sim import MODEL, answers
 
 from gateway.asgi import Message
+from gateway.proxy.endpoint import AsgiSink
 from gateway.proxy.relay import Relay
 from gateway.upstream.config import Timeouts
 from gateway.upstream.http1 import Http1Upstream, _Connection, target
@@ -103,14 +104,21 @@ async def time_turns(events: list[bytes], streams: int) -> float:
     return (time.process_time() - start) / (streams * len(events)) * 1e6
 
 
+async def _discard(message: Message) -> None:
+    pass
+
+
+async def _discard_receive() -> Message:
+    return {"type": "http.disconnect"}
+
+
 async def time_relay(events: list[bytes], streams: int, *, strip: bool) -> float:
     """us per event of the upstream client and the relay, one event an event-loop turn."""
     pool = Http1Upstream(_Settings())
     key = target("http://127.0.0.1:1/v1/chat/completions").key
     wire = [chunked(e) for e in events] + [b"0\r\n\r\n"]
 
-    async def nothing(message: Message) -> None:
-        pass
+    nothing = AsgiSink(_discard, _discard_receive)
 
     async def one_stream(connection: _Connection) -> None:
         pool._open += 1

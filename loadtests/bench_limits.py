@@ -36,11 +36,11 @@ from gateway.accounting.config import AccountingConfig
 from gateway.accounting.ledger import Ledger, UsageRow
 from gateway.accounting.ledger_sql import SqlLedgerStore
 from gateway.accounting.stage import Accounting
+from gateway.database import Database, StorageConfig
 from gateway.limits.admission import RateLimiter
 from gateway.limits.config import LimitsConfig, LimitValues
 from gateway.metrics import GatewayMetrics
 from gateway.runtime.migrations import all_migrations
-from gateway.storage import Database, StorageConfig
 from gateway.tokens import PromptTokens, TokenCounter, TokenizerConfig, build_token_counter
 from gateway.wire.outcome import NOWHERE, Arrival, Delivered, Ending, Outcome
 from gateway.wire.request import Operation, ParsedRequest, parse_request

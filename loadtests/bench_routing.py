@@ -124,9 +124,8 @@ async def stage_cost(model: str, calls: int) -> float:
     route = table.models[model]
     body = orjson.dumps({"model": model, "messages": [{"role": "user", "content": "Say hi."}]})
     request = parse_request(Operation.CHAT, body, 100_000)
-    scope: dict[str, Any] = {"headers": [], "client": ("127.0.0.1", 5000)}
     answer = _Answer()
-    caller = Caller(None, None)
+    caller = Caller(None, None, "127.0.0.1")
 
     async def send_via(pool: Pool, replica: Replica, upstream: str | None) -> Any:
         return answer
@@ -134,7 +133,7 @@ async def stage_cost(model: str, calls: int) -> float:
     started = time.perf_counter()
     for _ in range(calls):
         prompt = PromptTokens(route.counter, request.operation, request.payload)
-        plan = table.routing.plan(route.router, request, scope, caller, prompt)
+        plan = table.routing.plan(route.router, request, (), caller, prompt)
         with Attempts() as attempts:
             await table.routing.dispatcher.first_answer(plan, send_via, attempts)
             attempts.settle(None, reusable=True)

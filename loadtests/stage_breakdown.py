@@ -39,7 +39,7 @@ STAGES: list[tuple[str, re.Pattern[str]]] = [
         ("relay", r"\.(chunks|read|relay_headers|release|abort) \(gateway/upstream"),
         ("forward", r"gateway/upstream/|gateway/routing/dispatch\.py|send_via \("),
         ("forward", r"(^|\.)(_upstream_headers|_serve|_finish) \("),
-        ("asgi layers", r"gateway/middleware\.py|gateway/proxy/handler\.py|starlette/"),
+        ("asgi layers", r"gateway/middleware\.py|gateway/proxy/(endpoint|pipeline)\.py|starlette/"),
         ("asgi layers", r"gateway/asgi\.py|gateway/proxy/disconnect\.py|gateway/app\.py"),
     ]
 ]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from gateway.database import Database, StorageConfig
 from gateway.runtime.migrations import all_migrations
-from gateway.storage import Database, StorageConfig
 from tests.pgserver import PostgresServer, start_postgres
 
 

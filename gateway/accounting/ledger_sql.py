@@ -30,8 +30,8 @@ from sqlalchemy.sql import Select
 
 from gateway.accounting import daily
 from gateway.accounting.ledger import UsageRow
-from gateway.storage.database import Database
-from gateway.storage.migrations import Migration
+from gateway.database.database import Database
+from gateway.database.migrations import Migration
 from gateway.values import value
 
 DAY = daily.DAY

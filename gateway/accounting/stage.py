@@ -17,8 +17,8 @@ from pathlib import Path
 from gateway.accounting.config import AccountingConfig
 from gateway.accounting.ledger import Ledger, UsageRow
 from gateway.accounting.ledger_sql import SqlLedgerStore
+from gateway.database.database import Database
 from gateway.limits.admission import Identity, RateLimiter, Reservation
-from gateway.storage.database import Database
 from gateway.tokens.counting import PromptTokens
 from gateway.wire.outcome import Arrival, Outcome
 from gateway.wire.request import ParsedRequest

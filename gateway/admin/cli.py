@@ -36,8 +36,8 @@ from gateway.auth.models import Limits
 from gateway.auth.service import AuthService
 from gateway.auth.store import RecordExists
 from gateway.config import ConfigError, format_validation_error, load_config
+from gateway.database import Database, MigrationError, StorageConfig
 from gateway.runtime.migrations import all_migrations
-from gateway.storage import Database, MigrationError, StorageConfig
 
 
 class Store:

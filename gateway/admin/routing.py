@@ -10,7 +10,7 @@ PUT  /admin/routing/models/{model}/variants/{variant}    {"weight": 10}: also li
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from starlette.requests import Request
@@ -19,14 +19,26 @@ from starlette.routing import BaseRoute, Route
 
 from configkit import ConfigError
 from gateway.errors import InvalidJSON, InvalidParameter, InvalidRequest, ModelNotFound
+from gateway.flow.gate import FlowGate
+from gateway.routing.canary_judges import Canaries
 from gateway.routing.router import ModelRouter, Variant
 from gateway.runtime.reload import ConfigReloader
-from gateway.runtime.state import GatewayState
-from gateway.runtime.table import load_status, replica_status
+from gateway.runtime.table import RoutingTable, load_status, replica_status
 from gateway.wire.outcome import PRINCIPAL_KEY
 
 
-def routing_admin_routes(state: GatewayState, reloader: ConfigReloader | None) -> list[BaseRoute]:
+class AdminState(Protocol):
+    """What routing's admin API reads: the table now, the canary judgements, flow control."""
+
+    @property
+    def table(self) -> RoutingTable: ...
+    @property
+    def canaries(self) -> Canaries: ...
+    @property
+    def flow(self) -> FlowGate | None: ...
+
+
+def routing_admin_routes(state: AdminState, reloader: ConfigReloader | None) -> list[BaseRoute]:
     api = RoutingAdmin(state, reloader)
     return [
         Route("/admin/routing", api.show, methods=["GET"]),
@@ -36,7 +48,7 @@ def routing_admin_routes(state: GatewayState, reloader: ConfigReloader | None) -
 
 
 class RoutingAdmin:
-    def __init__(self, state: GatewayState, reloader: ConfigReloader | None) -> None:
+    def __init__(self, state: AdminState, reloader: ConfigReloader | None) -> None:
         self.state = state
         self.reloader = reloader
 

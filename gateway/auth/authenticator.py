@@ -28,6 +28,7 @@ from gateway.auth.credentials import Credential, credential_for
 from gateway.auth.keys import KeyHasher, KeyKind, PresentedKey, parse_key
 from gateway.auth.models import AdminKey, Principal
 from gateway.auth.store import AuthStore
+from gateway.clock import Reading
 from gateway.errors import AuthenticationFailed, KeyStoreUnavailable, PermissionDenied
 
 logger = logging.getLogger(__name__)
@@ -49,8 +50,8 @@ class Authenticator:
         store: AuthStore,
         hasher: KeyHasher,
         config: AuthConfig,
-        clock: Callable[[], float] = time.time,
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Reading = time.time,
+        monotonic: Reading = time.monotonic,
     ) -> None:
         self.store = store
         self.hasher = hasher
@@ -132,7 +133,7 @@ class Authenticator:
             await self.flush_last_used()
 
     def _cache(
-        self, load: Callable[[str], Awaitable[V | None]], monotonic: Callable[[], float]
+        self, load: Callable[[str], Awaitable[V | None]], monotonic: Reading
     ) -> CredentialCache[V]:
         c = self.config
         return CredentialCache(

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from gateway.bucket import Bucket
+from gateway.clock import Reading
 
 T = TypeVar("T")
 
@@ -38,7 +39,7 @@ class _Entry(Generic[T]):
 class FailureBudget:
     """``burst`` failures at once, refilled at ``rate`` per second (a :class:`Bucket`)."""
 
-    def __init__(self, rate: float, burst: float, clock: Callable[[], float]) -> None:
+    def __init__(self, rate: float, burst: float, clock: Reading) -> None:
         self.rate, self.burst, self.clock = rate, burst, clock
         self.bucket = Bucket(burst, clock())
 
@@ -59,7 +60,7 @@ class CredentialCache(Generic[T]):
         load: Callable[[str], Awaitable[T | None]],
         ttl: float,
         max_entries: int,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Reading = time.monotonic,
         *,
         max_unknown: int = 10_000,
         unknown_rate: float = 20.0,

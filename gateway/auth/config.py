@@ -21,7 +21,7 @@ from pydantic import Field, SecretStr
 from sqlalchemy.engine import make_url
 
 from configkit import StrictModel
-from gateway.storage import StorageConfig
+from gateway.database import StorageConfig
 
 HASH_SECRET_ENV = "PD_GATEWAY_KEY_HASH_SECRET"  # noqa: S105 (a variable name)
 MIN_SECRET_LENGTH = 16

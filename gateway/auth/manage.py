@@ -11,7 +11,6 @@ Secrets are made here and returned once, in :class:`IssuedKey`; only their hashe
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from pydantic import Field, model_validator
@@ -20,6 +19,7 @@ from configkit import StrictModel
 from gateway.auth.keys import KeyHasher, KeyKind, PresentedKey, new_key, new_secret
 from gateway.auth.models import AdminKey, ApiKey, Limits, Tenant
 from gateway.auth.store import AuthStore
+from gateway.clock import Reading
 from gateway.values import value
 
 TENANT_ID_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
@@ -104,9 +104,7 @@ class IssuedKey:
 
 
 class KeyManager:
-    def __init__(
-        self, store: AuthStore, hasher: KeyHasher, clock: Callable[[], float] = time.time
-    ) -> None:
+    def __init__(self, store: AuthStore, hasher: KeyHasher, clock: Reading = time.time) -> None:
         self.store = store
         self.hasher = hasher
         self.clock = clock

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy import Boolean, Column, Float, ForeignKey, MetaData, Table, Text
 
-from gateway.storage.migrations import Migration
+from gateway.database.migrations import Migration
 
 AUTH_MIGRATIONS = (
     Migration(

@@ -17,7 +17,7 @@ from gateway.auth.keys import KeyHasher
 from gateway.auth.manage import KeyManager
 from gateway.auth.store import AuthStore
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.storage import Database, StorageConfig
+from gateway.database import Database, StorageConfig
 
 logger = logging.getLogger(__name__)
 

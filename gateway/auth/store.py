@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 
 from gateway.auth.models import AdminKey, ApiKey, Limits, Tenant
 from gateway.auth.schema import admin_keys, api_keys, tenants
-from gateway.storage import Database
+from gateway.database import Database
 
 
 class RecordExists(Exception):

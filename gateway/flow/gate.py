@@ -2,7 +2,7 @@
 
 The handler asks once per admitted request, after the route is planned and before dispatch::
 
-    waited = gate.start(scope)                            # its band (key, tenant, header)
+    waited = gate.start(principal, headers)               # its band (key, tenant, header)
     waited = await gate.wait(waited, plan, request, prompt)
     waited.seconds, waited.band, waited.refused           # for the outcome, however it ended
     gate.done(waited)                                     # the exchange ended, however
@@ -22,7 +22,8 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 
-from gateway.asgi import Scope, header
+from gateway.asgi import Headers, find_header
+from gateway.auth.models import Principal
 from gateway.errors import GatewayError
 from gateway.flow.bands import PRIORITY_HEADER, band_of
 from gateway.flow.config import FlowConfig
@@ -31,7 +32,6 @@ from gateway.flow.queue import NO_POOL, FlowQueue, HasRoom, Ticket
 from gateway.routing.pools import Pool
 from gateway.routing.router import RoutePlan
 from gateway.tokens.counting import PromptTokens
-from gateway.wire.outcome import PRINCIPAL_KEY
 from gateway.wire.request import ParsedRequest
 
 
@@ -71,9 +71,9 @@ class FlowGate:
         self.most = 0
         """The most requests one tenant holds."""
 
-    def start(self, scope: Scope) -> Waited:
-        principal = scope.get(PRINCIPAL_KEY)
-        band = band_of(self.config, principal, header(scope, PRIORITY_HEADER))
+    def start(self, principal: Principal | None, headers: Headers) -> Waited:
+        """``headers``: the request's, for the priority it asks (bounded by its key's band)."""
+        band = band_of(self.config, principal, find_header(headers, PRIORITY_HEADER))
         return Waited(band, "" if principal is None else principal.tenant_id)
 
     async def wait(

@@ -99,7 +99,7 @@ class RateLimiter:
     def build(
         cls, config: LimitsConfig, metrics: GatewayMetrics, clock: Clock = SYSTEM_CLOCK
     ) -> RateLimiter:
-        limit_metrics = LimitMetrics(metrics.registry, metrics.rate_limit_refusals)
+        limit_metrics = LimitMetrics(metrics)
         return cls(config, build_backend(config, clock), limit_metrics)
 
     async def admit(

@@ -7,18 +7,16 @@ without a lock. With several workers or replicas each keeps its own counters: us
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
+from gateway.clock import Reading
 from gateway.limits.maths import SubjectState, check, day_of, give_back, quotas, take
 from gateway.limits.types import Decision, Subject, Ticket
-
-Clock = Callable[[], float]
 
 
 class MemoryLimiter:
     """``limiter = MemoryLimiter(clock=fake_clock)``; see :class:`LimiterBackend`."""
 
-    def __init__(self, *, clock: Clock = time.time) -> None:
+    def __init__(self, *, clock: Reading = time.time) -> None:
         self._clock = clock
         self._states: dict[str, SubjectState] = {}
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from gateway.bucket import Bucket
+from gateway.clock import Reading
 from gateway.limits.maths import SubjectState, check, quotas
 from gateway.limits.redis_script import ACQUIRE, SETTLE
 from gateway.limits.types import BackendUnavailable, Decision, Refusal, Subject, Ticket
@@ -39,7 +39,7 @@ class RedisLimiter:
         lease: float = 3600.0,
         max_connections: int = 64,
         timeout: float = 0.5,
-        clock: Callable[[], float] | None = None,
+        clock: Reading | None = None,
     ) -> None:
         pool = aioredis.BlockingConnectionPool.from_url(
             url,

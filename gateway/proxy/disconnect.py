@@ -1,7 +1,8 @@
 """Notice a client that goes away while its request is being served, and cancel the work at once.
 
 uvicorn silently drops what is sent to a closed connection, so the only prompt signal is the
-``http.disconnect`` message from ``receive``; a small task waits for it and cancels the handler.
+``http.disconnect`` message from ``receive``, which the ASGI sink's ``departed`` waits for
+(gateway/proxy/endpoint.py); a small task waits on it and cancels the pipeline.
 
 The task starts only once the request has run for ``WATCH_AFTER`` seconds: most answers come
 sooner, and a task per request (created, woken, cancelled) cost more than the rest of the
@@ -11,8 +12,7 @@ gateway's own work on them. A client that leaves earlier is noticed at that mome
 from __future__ import annotations
 
 import asyncio
-
-from gateway.asgi import Receive
+from collections.abc import Awaitable, Callable
 
 WATCH_AFTER = 0.02  # seconds
 
@@ -20,7 +20,7 @@ WATCH_AFTER = 0.02  # seconds
 class DisconnectWatch:
     """Use around the upstream exchange, once the request body has been read::
 
-    watch = DisconnectWatch(receive)
+    watch = DisconnectWatch(sink.departed)
     try:
         await exchange()
     except asyncio.CancelledError:
@@ -32,7 +32,7 @@ class DisconnectWatch:
 
     __slots__ = ("_finished", "_gone", "_task", "_timer", "_watcher")
 
-    def __init__(self, receive: Receive, after: float = WATCH_AFTER) -> None:
+    def __init__(self, departed: Callable[[], Awaitable[None]], after: float = WATCH_AFTER) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._task = task
@@ -40,19 +40,16 @@ class DisconnectWatch:
         self._finished = False
         self._watcher: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
-            after, self._start, receive
+            after, self._start, departed
         )
 
-    def _start(self, receive: Receive) -> None:
+    def _start(self, departed: Callable[[], Awaitable[None]]) -> None:
         self._timer = None
         if not self._finished:
-            self._watcher = asyncio.ensure_future(self._watch(receive))
+            self._watcher = asyncio.ensure_future(self._watch(departed))
 
-    async def _watch(self, receive: Receive) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                break
+    async def _watch(self, departed: Callable[[], Awaitable[None]]) -> None:
+        await departed()
         if not self._finished:
             self._gone = True
             self._task.cancel()

@@ -4,53 +4,70 @@ The usage is decided here, by the one rule of :func:`gateway.wire.usage.settle_u
 :class:`Outcome` is assembled once; then, in order: the limiter's settlement and the ledger row
 (admitted requests only, exactly once), the request and token metrics, the variant's verdict
 (the canary), the client span of the attempt that answered, and the outcome slot from which the
-access log and the server span read it. Synchronous on purpose: nothing here can be cancelled
-half way, so a client that left or a shutdown still settles and records.
+access log and the server span read it. It reads the request value, never an HTTP request.
+Synchronous on purpose: nothing here can be cancelled half way, so a client that left or a
+shutdown still settles and records.
 """
 
 from __future__ import annotations
 
 import time
 
-from gateway.asgi import Scope
+from gateway.accounting.stage import Accounting
 from gateway.metrics import GatewayMetrics
+from gateway.proxy.incoming import Incoming
 from gateway.proxy.stages import Ended, Exchange, Settled
-from gateway.runtime.state import GatewayState
+from gateway.routing.outcomes import OutcomeFeed
 from gateway.runtime.table import ModelRoute
+from gateway.telemetry import Tracing
 from gateway.telemetry.attempt import prompt_length_band
 from gateway.telemetry.server import current_trace_id
 from gateway.wire.outcome import (
     NOTHING_DELIVERED,
     NOWHERE,
-    PRINCIPAL_KEY,
     Delivered,
     Ending,
     Outcome,
-    arrival_of,
-    outcome_slot,
+    OutcomeSlot,
 )
 from gateway.wire.request import ParsedRequest
 from gateway.wire.usage import settle_usage
 
 
 class Recorder:
-    def __init__(self, state: GatewayState) -> None:
-        self.state = state
-        self.tracing_on = state.tracing.provider is not None
+    """Settles and records through the parts it needs: the metrics, the accounting (the
+    limiter's settlement, the ledger), the per-replica outcome feed, and tracing (whether
+    outcomes carry a trace id)."""
+
+    def __init__(
+        self,
+        metrics: GatewayMetrics,
+        accounting: Accounting,
+        outcomes: OutcomeFeed,
+        tracing: Tracing,
+    ) -> None:
+        self.metrics = metrics
+        self.accounting = accounting
+        self.outcomes = outcomes
+        self.tracing_on = tracing.provider is not None
 
     def refused(
         self,
-        scope: Scope,
+        incoming: Incoming,
         request: ParsedRequest | None,
         route: ModelRoute | None,
         delivered: Delivered,
+        slot: OutcomeSlot,
     ) -> None:
         """A request answered with an error before admission: no reservation, no ledger row."""
-        outcome = self._outcome(scope, request, route, Settled(Ending.REFUSED, delivered=delivered))
-        observe(self.state.metrics, outcome)
-        outcome_slot(scope).put(outcome)
+        settled = Settled(Ending.REFUSED, delivered=delivered)
+        outcome = self._outcome(incoming, request, route, settled)
+        observe(self.metrics, outcome)
+        slot.put(outcome)
 
-    def admitted(self, scope: Scope, exchange: Exchange, ended: Ended | None) -> None:
+    def admitted(
+        self, incoming: Incoming, exchange: Exchange, ended: Ended | None, slot: OutcomeSlot
+    ) -> None:
         """An admitted request, however it ended (``ended`` None: the pipeline itself broke)."""
         admitted = exchange.admitted
         request, route = admitted.request, admitted.route
@@ -83,30 +100,30 @@ class Recorder:
             prompt_tokens=admitted.prompt.counted,
             waited=None if ended is None else ended.waited,
         )
-        outcome = self._outcome(scope, request, route, settled)
-        self.state.accounting.settle(admitted.reservation, outcome)
+        outcome = self._outcome(incoming, request, route, settled)
+        self.accounting.settle(admitted.reservation, outcome)
         if admitted.turn is not None:  # a stored response cut before its end, kept as it got
             admitted.turn.settle(ending)
-        observe(self.state.metrics, outcome)
-        self.state.outcomes.publish(outcome)  # the per-replica outcome feed
+        observe(self.metrics, outcome)
+        self.outcomes.publish(outcome)  # the per-replica outcome feed
         if ended is not None:
             if ended.plan is not None:
                 exchange.table.routing.observe(route.router, ended.plan, outcome)
             exchange.spans.end(outcome)
-        outcome_slot(scope).put(outcome)
+        slot.put(outcome)
 
     def _outcome(
         self,
-        scope: Scope,
+        incoming: Incoming,
         request: ParsedRequest | None,
         route: ModelRoute | None,
         settled: Settled,
     ) -> Outcome:
-        principal = scope.get(PRINCIPAL_KEY)
+        principal = incoming.principal
         return Outcome(
-            arrival=arrival_of(scope),
-            method=scope["method"],
-            path=scope["path"],
+            arrival=incoming.arrival,
+            method=incoming.method,
+            path=incoming.path,
             operation=None if request is None else request.operation,
             model=None if route is None else route.name,
             stream=None if request is None else request.stream,

@@ -5,7 +5,7 @@ the stream then ends with an OpenAI-style error event, which the OpenAI SDKs rai
 The relay keeps what it delivered (its meter, the status sent, the first byte's time), so what
 was delivered is known however the exchange ends, a client that left mid-stream included::
 
-    relay = Relay(send, strip_usage=request.strip_usage)
+    relay = Relay(sink, strip_usage=request.strip_usage)
     await relay.answer(response, headers)      # or: await relay.refuse(err, headers)
     relay.delivered()                          # -> Delivered
 
@@ -23,18 +23,18 @@ from typing import Any, Protocol
 
 import orjson
 
-from gateway.asgi import JSON, Send, send_response
+from gateway.asgi import JSON
 from gateway.errors import GatewayError, error_body
+from gateway.proxy.sink import Header, Sink, send_whole
 from gateway.upstream.client import UpstreamResponse
 from gateway.wire.meter import StreamMeter
 from gateway.wire.outcome import Delivered
 from gateway.wire.usage import Usage, usage_from_upstream
 
-Header = tuple[bytes, bytes]
-
 
 class ChunkTranslator(Protocol):
-    """Rewrites an upstream answer for the client, event by event (gateway/responses/)."""
+    """Rewrites an upstream answer for the client, event by event
+    (gateway/responses_translation/)."""
 
     def opening(self) -> bytes:
         """Sent as soon as the stream starts."""
@@ -60,7 +60,7 @@ class Relay:
     __slots__ = (
         "_first_byte_at",
         "_on_first_byte",
-        "_send",
+        "_sink",
         "error_code",
         "meter",
         "status",
@@ -68,11 +68,11 @@ class Relay:
     )
 
     def __init__(
-        self, send: Send, *, strip_usage: bool, on_first_byte: Callable[[], None] | None = None
+        self, sink: Sink, *, strip_usage: bool, on_first_byte: Callable[[], None] | None = None
     ) -> None:
         """``on_first_byte``: told when a stream's first bytes come back from the upstream
         (the engine's first token: its pool stops counting the request as starting)."""
-        self._send = send
+        self._sink = sink
         self._on_first_byte = on_first_byte
         self.meter = StreamMeter(strip_usage=strip_usage)
         self.status = 0
@@ -105,7 +105,7 @@ class Relay:
         self.error_code = err.code
         self.status = err.status
         extra = [*((k.encode(), v.encode()) for k, v in err.headers.items()), *headers]
-        await send_response(self._send, err.status, err.body(), extra_headers=extra)
+        await send_whole(self._sink, err.status, err.body(), extra_headers=extra)
 
     def delivered(self) -> Delivered:
         return self.meter.delivered(
@@ -116,10 +116,9 @@ class Relay:
         )
 
     async def _stream(self, response: UpstreamResponse, headers: Iterable[Header]) -> bool:
-        send, meter = self._send, self.meter
+        sink, meter = self._sink, self.meter
         self.status = response.status
-        start = [*response.relay_headers(), *headers]
-        await send({"type": "http.response.start", "status": response.status, "headers": start})
+        await sink.start(response.status, [*response.relay_headers(), *headers])
         clean, last = True, b""
         try:
             async for chunk in response.chunks():
@@ -128,42 +127,40 @@ class Relay:
                 out = meter.feed(chunk)
                 if out:
                     last = out
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                    await sink.send(out)
         except GatewayError as err:
             self.error_code = err.code
             clean = False
             # An event broken off mid-way is ended first, so the error event is read as its own.
             cut = b"" if last.endswith((b"\n\n", b"\r\n\r\n")) or not last else b"\n\n"
-            end = cut + err.sse_event()
-            await send({"type": "http.response.body", "body": end, "more_body": True})
-        await send({"type": "http.response.body", "body": meter.flush(), "more_body": False})
+            await sink.send(cut + err.sse_event())
+        await sink.end(meter.flush())
         return clean
 
     async def _translated_stream(
         self, response: UpstreamResponse, headers: Iterable[Header], translator: ChunkTranslator
     ) -> bool:
         """A stream rewritten event by event; the meter reads the upstream's own events."""
-        send, meter = self._send, self.meter
+        sink, meter = self._sink, self.meter
         self.status = response.status
-        start = [*response.relay_headers(), *headers]
-        await send({"type": "http.response.start", "status": response.status, "headers": start})
-        await send({"type": "http.response.body", "body": translator.opening(), "more_body": True})
+        await sink.start(response.status, [*response.relay_headers(), *headers])
+        await sink.send(translator.opening())
         try:
             async for chunk in response.chunks():
                 if self._first_byte_at is None:
                     self._first_came()
                 out = translator.chunks(meter.feed_decoded(chunk))
                 if out:
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                    await sink.send(out)
         except GatewayError as err:
             self.error_code = err.code
             end = translator.failing(err)
             await translator.finished()
-            await send({"type": "http.response.body", "body": end, "more_body": False})
+            await sink.end(end)
             return False
         end = translator.closing(self._upstream_usage())
         await translator.finished()
-        await send({"type": "http.response.body", "body": end, "more_body": False})
+        await sink.end(end)
         return True
 
     def _first_came(self) -> None:
@@ -197,7 +194,7 @@ class Relay:
         content_type = next((v for k, v in relayed if k == b"content-type"), JSON)
         others = [h for h in relayed if h[0] != b"content-type"]
         self.status = response.status
-        await send_response(self._send, response.status, body, content_type, [*others, *headers])
+        await send_whole(self._sink, response.status, body, content_type, [*others, *headers])
 
 
 def upstream_error_body(status: int, body: bytes) -> bytes:

@@ -1,26 +1,26 @@
 """The values the proxy's stages hand each other, from admission to the record.
 
-The handler (gateway/proxy/handler.py) builds them and the recorder (gateway/proxy/record.py)
+The pipeline (gateway/proxy/pipeline.py) builds them and the recorder (gateway/proxy/record.py)
 reads them; both import this module, neither imports the other's types::
 
     admitted = Admitted(request, route, prompt, reservation)      # parse, find, reserve
-    exchange = Exchange.open(arrival, table, admitted, send, tracing)
+    exchange = Exchange.open(arrival, table, admitted, sink, tracing)
     ended = Ended(Ending.COMPLETE, plan)                           # how the exchange went
-    recorder.admitted(scope, exchange, ended)                      # settle and record, once
+    recorder.admitted(incoming, exchange, ended, slot)             # settle and record, once
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.asgi import Send
 from gateway.flow.gate import Waited
 from gateway.limits.admission import Reservation
 from gateway.proxy.relay import Relay
+from gateway.proxy.sink import Sink
+from gateway.response_store.service import Turn
 from gateway.routing.attempts import Attempts
 from gateway.routing.router import RoutePlan
 from gateway.runtime.table import ModelRoute, RoutingTable
-from gateway.stored.service import Turn
 from gateway.telemetry import Tracing
 from gateway.telemetry.attempt import UpstreamAttempts
 from gateway.tokens.counting import PromptTokens
@@ -62,12 +62,12 @@ class Exchange:
         arrival: Arrival,
         table: RoutingTable,
         admitted: Admitted,
-        send: Send,
+        sink: Sink,
         tracing: Tracing,
     ) -> Exchange:
         request = admitted.request
         attempts = Attempts(streamed=request.stream)
-        relay = Relay(send, strip_usage=request.strip_usage, on_first_byte=attempts.first_token)
+        relay = Relay(sink, strip_usage=request.strip_usage, on_first_byte=attempts.first_token)
         return cls(
             arrival, table, admitted, relay, attempts, UpstreamAttempts(tracing, arrival, request)
         )

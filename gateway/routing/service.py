@@ -1,7 +1,7 @@
 """The route stage: choose a variant and a pool order (a :class:`RoutePlan`), and learn from the
 outcome (variant metrics, the canary's rollback window)::
 
-    plan = routing.plan(router, request, scope, caller, prompt)
+    plan = routing.plan(router, request, headers, caller, prompt)
     ...                                        # dispatch, relay, settle
     routing.observe(router, plan, outcome)     # once, from the request's one outcome
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gateway.asgi import Scope, header
+from gateway.asgi import Headers, find_header
 from gateway.routing.config import Role, RoutingPolicy
 from gateway.routing.dispatch import Dispatcher
 from gateway.routing.metrics import RoutingMetrics
@@ -35,16 +35,20 @@ TRUSTED_LABEL = "routing.force"
 
 
 class Caller:
-    """Who is asking, as routing sees it: the key's public id and labels (None: auth off)."""
+    """Who is asking, as routing sees it: the key's public id and labels (None: auth off), and
+    the client's address (None: it did not come over the network, a batch job's line)."""
 
-    __slots__ = ("key_id", "labels")
+    __slots__ = ("address", "key_id", "labels")
 
-    def __init__(self, key_id: str | None, labels: dict[str, str] | None) -> None:
+    def __init__(
+        self, key_id: str | None, labels: dict[str, str] | None, address: str | None = None
+    ) -> None:
         self.key_id = key_id
         self.labels = labels or {}
+        self.address = address
 
 
-def sticky_key(scope: Scope, caller: Caller, request: ParsedRequest) -> bytes:
+def sticky_key(caller: Caller, request: ParsedRequest) -> bytes:
     """What keeps a caller on one variant: the API key's public id when there is one, else the
     request's ``user`` field, else the client address."""
     if caller.key_id:
@@ -52,8 +56,7 @@ def sticky_key(scope: Scope, caller: Caller, request: ParsedRequest) -> bytes:
     user = request.payload.get("user")
     if isinstance(user, str) and user:
         return b"user:" + user.encode()
-    client = scope.get("client")
-    return f"addr:{client[0] if client else ''}".encode()
+    return f"addr:{caller.address or ''}".encode()
 
 
 def may_steer(policy: RoutingPolicy, caller: Caller) -> bool:
@@ -75,18 +78,19 @@ class Routing:
         self,
         router: ModelRouter,
         request: ParsedRequest,
-        scope: Scope,
+        headers: Headers,
         caller: Caller,
         prompt: PromptTokens,
     ) -> RoutePlan:
-        """The variant and its pools in order; the prompt is counted only if length matters."""
-        variant, forced, via = self._variant(router, scope, caller, request)
+        """The variant and its pools in order; the prompt is counted only if length matters.
+        ``headers``: the request's, for the steering ones (a forced variant, a pool hint)."""
+        variant, forced, via = self._variant(router, headers, caller, request)
         needs_length = len(variant.by_role) > 1 or (
             not forced and router.canary is not None and len(router.baseline.by_role) > 1
         )
         policy = router.policy
         blocks = NO_BLOCKS
-        hint = self._hint(policy, scope, caller) if needs_length else None
+        hint = self._hint(policy, headers, caller) if needs_length else None
         if needs_length or policy.prefix.enabled:  # length and cached prefixes matter
             tokens = prompt.count()
             if policy.prefix.enabled:  # for the P/D decision and the replica's affinity
@@ -141,21 +145,21 @@ class Routing:
             index.record(blocks, pool.replicas.index(replica))
 
     def _variant(
-        self, router: ModelRouter, scope: Scope, caller: Caller, request: ParsedRequest
+        self, router: ModelRouter, headers: Headers, caller: Caller, request: ParsedRequest
     ) -> tuple[Variant, bool, str | None]:
         """The variant, whether it was forced (no failover then: the caller asked for that
         one), and why it serves when the key's own variant was rolled back."""
         if len(router.variants) == 1:
             return router.choose_variant(b"", None), False, None  # no key needed
-        forced = header(scope, FORCE_VARIANT_HEADER)
+        forced = find_header(headers, FORCE_VARIANT_HEADER)
         if forced is not None and may_steer(router.policy, caller):
             return router.choose_variant(b"", forced.decode("latin-1")), True, None
-        key = sticky_key(scope, caller, request)
+        key = sticky_key(caller, request)
         chosen = router.choose_variant(key, None)
         return chosen, False, ROLLED_BACK if router.diverted(key) else None
 
-    def _hint(self, policy: RoutingPolicy, scope: Scope, caller: Caller) -> Role | None:
-        value = header(scope, POOL_HINT_HEADER)
+    def _hint(self, policy: RoutingPolicy, headers: Headers, caller: Caller) -> Role | None:
+        value = find_header(headers, POOL_HINT_HEADER)
         if value is None or not may_steer(policy, caller):
             return None
         try:

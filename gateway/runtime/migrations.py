@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from gateway.accounting.ledger_sql import LEDGER_MIGRATIONS
 from gateway.auth.schema import AUTH_MIGRATIONS
-from gateway.storage.migrations import Migration
-from gateway.stored.schema import RESPONSES_MIGRATIONS
+from gateway.database.migrations import Migration
+from gateway.response_store.schema import RESPONSES_MIGRATIONS
 
 
 def all_migrations() -> tuple[Migration, ...]:

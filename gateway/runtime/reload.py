@@ -19,14 +19,22 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from gateway.clock import Clock
 from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.routing.canary_judges import Canaries
+from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.pools import Pool
-from gateway.runtime.state import GatewayState
-from gateway.runtime.table import RoutingTable, build_table, model_counters, retired_pools
+from gateway.runtime.table import (
+    RoutingTable,
+    UpstreamFactory,
+    build_table,
+    model_counters,
+    retired_pools,
+)
 from gateway.tokens import TokenCounter, TokenizerUnavailable
 
 logger = logging.getLogger(__name__)
@@ -34,8 +42,26 @@ logger = logging.getLogger(__name__)
 _DRAIN_POLL_SECONDS = 0.1
 
 
+class Reloadable(Protocol):
+    """What a reload reads and swaps: the table (written), what a new one is built from, and
+    the health checks a new pool starts with (the app's ``GatewayState`` is one)."""
+
+    table: RoutingTable
+
+    @property
+    def upstream_factory(self) -> UpstreamFactory: ...
+    @property
+    def routing_metrics(self) -> RoutingMetrics: ...
+    @property
+    def canaries(self) -> Canaries: ...
+    @property
+    def clock(self) -> Clock: ...
+
+    async def watch_pools(self, pools: Iterable[Pool]) -> None: ...
+
+
 class ConfigReloader:
-    def __init__(self, state: GatewayState, path: Path) -> None:
+    def __init__(self, state: Reloadable, path: Path) -> None:
         self.state = state
         self.path = path
         self._lock = asyncio.Lock()

@@ -32,12 +32,12 @@ from gateway.routing.signals import EngineSignals
 
 if TYPE_CHECKING:
     from gateway.routing.load_redis import SharedLoad
+from gateway.database import Database
+from gateway.response_store.service import StoredResponses
 from gateway.routing.latency import LatencyBook
 from gateway.routing.outcomes import OutcomeFeed
 from gateway.runtime.migrations import all_migrations
 from gateway.runtime.table import RoutingTable, UpstreamFactory, build_table
-from gateway.storage import Database
-from gateway.stored.service import StoredResponses
 from gateway.telemetry import Tracing, TracingConfig, build_tracing
 from gateway.upstream.http1 import Http1Upstream
 
@@ -59,7 +59,7 @@ class GatewayState:
     canaries: Canaries
     """Where canary judgements are made: each router's own, or the deployment's (Redis)."""
     responses: StoredResponses
-    """Stored Responses API answers, in the same store (gateway/stored/)."""
+    """Stored Responses API answers, in the same store (gateway/response_store/)."""
     clock: Clock = SYSTEM_CLOCK
     """What every part of the app reads the time from (gateway/clock.py)."""
     started_at: int = field(default_factory=lambda: int(time.time()))

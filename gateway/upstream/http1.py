@@ -29,13 +29,14 @@ import base64
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from functools import lru_cache
 from typing import NamedTuple, cast
 from urllib.parse import unquote
 
 import httptools
 
+from gateway.clock import Reading
 from gateway.errors import UpstreamError, UpstreamTimeout
 from gateway.upstream.client import Headers, UpstreamConnectError, UpstreamSettings, relayable
 from gateway.upstream.config import Timeouts
@@ -381,9 +382,7 @@ def _is_framed(headers: list[tuple[bytes, bytes]]) -> bool:
 class Http1Upstream:
     """One upstream pool's connections: at most ``max_connections`` open, idle ones per host."""
 
-    def __init__(
-        self, config: UpstreamSettings, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, config: UpstreamSettings, clock: Reading = time.monotonic) -> None:
         self.timeouts = config.timeouts
         self.limit = config.max_connections
         self._clock = clock

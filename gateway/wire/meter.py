@@ -42,11 +42,11 @@ which made ``in`` 2-3x slower than ``find`` on a 200-byte event here.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import orjson
 
+from gateway.clock import Reading
 from gateway.errors import UpstreamError
 from gateway.wire.outcome import Delivered
 from gateway.wire.usage import usage_from_upstream
@@ -91,9 +91,7 @@ class StreamMeter:
         "usage",
     )
 
-    def __init__(
-        self, *, strip_usage: bool = False, clock: Callable[[], float] = time.perf_counter
-    ) -> None:
+    def __init__(self, *, strip_usage: bool = False, clock: Reading = time.perf_counter) -> None:
         self._clock = clock
         self._strip_usage = strip_usage
         self._held: list[bytes] = []

@@ -18,9 +18,12 @@ collector to find (a pause of about 10 ms every few thousand requests).
 
 from __future__ import annotations
 
+import os
+import time
 from enum import StrEnum
 
 from gateway.asgi import Scope
+from gateway.clock import Reading
 from gateway.values import value
 from gateway.wire.request import Operation
 from gateway.wire.usage import Usage
@@ -76,6 +79,16 @@ class Arrival:
     """``time.perf_counter()`` at arrival; every other time of the request is on this clock."""
     started_wall: float
     """``time.time()`` at arrival, for the ledger row."""
+
+
+def arrival_now(correlation_id: str | None, wall: Reading = time.time) -> Arrival:
+    """A request arriving now, with a fresh gateway id; ``wall``: the app's clock's reading."""
+    return Arrival(
+        request_id=os.urandom(12).hex(),
+        correlation_id=correlation_id,
+        started=time.perf_counter(),
+        started_wall=wall(),
+    )
 
 
 def arrival_of(scope: Scope) -> Arrival:

@@ -29,8 +29,8 @@ class Operation(StrEnum):
     COMPLETION = "completions"
     EMBEDDING = "embeddings"
     RESPONSES = "responses"
-    """The Responses API: translated to chat completions upstream (gateway/responses/), or
-    passed through to a pool that serves it natively."""
+    """The Responses API: translated to chat completions upstream
+    (gateway/responses_translation/), or passed through to a pool that serves it natively."""
 
     @property
     def upstream(self) -> str:
@@ -45,7 +45,8 @@ class Operation(StrEnum):
 
 _REQUIRED_INPUT = {
     Operation.CHAT: "messages",
-    Operation.RESPONSES: "messages",  # parsed after translation (gateway/responses/request.py)
+    # Responses: parsed after translation (gateway/responses_translation/request.py).
+    Operation.RESPONSES: "messages",
     Operation.COMPLETION: "prompt",
     Operation.EMBEDDING: "input",
 }

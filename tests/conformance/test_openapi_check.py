@@ -6,7 +6,7 @@ import httpx
 import orjson
 import pytest
 
-from gateway.responses.objects import ResponseShell
+from gateway.responses_translation.objects import ResponseShell
 from tests.conformance.httpx_check import CheckingTransport
 from tests.conformance.openapi_check import VLLM_NULLS, check_answer, operation_of
 

@@ -216,7 +216,7 @@ async def test_what_one_response_may_store_is_bounded(tmp_path: Path) -> None:
         # The conversation fits, the response object takes it over: answered, not stored.
         fits = await create(gw, body(input="y" * 300))
         assert (await gw.get(f"{RESPONSES}/{fits['id']}")).status == 404
-        assert _state(gw).responses.kept.labels("too_large")._value.get() == 1
+        assert _state(gw).responses.kept.labels("too_large").value == 1
     assert stored_rows(gw.db_path) == []
 
 

@@ -12,8 +12,8 @@ import pytest
 from gateway.accounting import ledger_sql
 from gateway.accounting.ledger import Ledger, UsageRow
 from gateway.accounting.ledger_sql import SqlLedgerStore, UsageQuery
+from gateway.database import Database
 from gateway.runtime.migrations import all_migrations
-from gateway.storage import Database
 
 DAY = 86400
 T0 = 1_800_000_000.0  # 2027-01-15 08:00 UTC

@@ -9,7 +9,7 @@ import pytest
 from pydantic import SecretStr
 
 from gateway.auth.config import HASH_SECRET_ENV, AuthConfig, HashSecretError, resolve_hash_secret
-from gateway.storage import StorageConfig
+from gateway.database import StorageConfig
 
 PG = StorageConfig(url="postgresql://gw@db/gw")
 

@@ -13,8 +13,8 @@ from gateway.auth.keys import KeyHasher
 from gateway.auth.manage import KeyManager, KeySpec, RotateSpec, TenantSpec
 from gateway.auth.models import Limits
 from gateway.auth.store import AuthStore
+from gateway.database import Database
 from gateway.errors import AuthenticationFailed, KeyStoreUnavailable, PermissionDenied
-from gateway.storage import Database
 
 HASHER = KeyHasher(b"unit-test-hash-secret")
 

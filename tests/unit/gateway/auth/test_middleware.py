@@ -13,7 +13,7 @@ from gateway.auth.keys import KeyHasher
 from gateway.auth.manage import KeyManager, KeySpec, TenantSpec
 from gateway.auth.middleware import PUBLIC_VIEW_KEY, AuthMiddleware, MetricsAccess, public_paths
 from gateway.auth.store import AuthStore
-from gateway.storage import Database
+from gateway.database import Database
 from gateway.wire.outcome import PRINCIPAL_KEY
 
 HASHER = KeyHasher(b"unit-test-hash-secret")

@@ -16,7 +16,7 @@ from gateway.auth.manage import (
 )
 from gateway.auth.models import Limits
 from gateway.auth.store import AuthStore, RecordExists
-from gateway.storage import Database
+from gateway.database import Database
 
 HASHER = KeyHasher(b"unit-test-hash-secret")
 

@@ -71,7 +71,7 @@ async def test_refusals_name_the_limit_and_carry_the_headers() -> None:
     config = LimitsConfig(defaults=LimitValues(requests_per_minute=1, tokens_per_minute=1000))
     metrics = GatewayMetrics()
     frozen = MemoryLimiter(clock=lambda: 1_800_000_000.0)  # no refill between the two
-    stage = RateLimiter(config, frozen, LimitMetrics(metrics.registry, metrics.rate_limit_refusals))
+    stage = RateLimiter(config, frozen, LimitMetrics(metrics))
     subjects = stage.subjects(None)
     reservation = await stage.admit("r1", subjects, 100)
     assert dict(reservation.headers)[b"x-ratelimit-remaining-tokens"] == b"900"

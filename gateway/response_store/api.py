@@ -19,9 +19,9 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from gateway.errors import InvalidParameter, NotFound
-from gateway.stored.items import DEFAULT_PAGE, MAX_ID_CHARS, PAGE_LIMIT, page
-from gateway.stored.service import ANONYMOUS, StoredResponses
-from gateway.stored.store import StoredResponse
+from gateway.response_store.items import DEFAULT_PAGE, MAX_ID_CHARS, PAGE_LIMIT, page
+from gateway.response_store.service import ANONYMOUS, StoredResponses
+from gateway.response_store.store import StoredResponse
 from gateway.wire.outcome import PRINCIPAL_KEY
 
 JSON = "application/json"

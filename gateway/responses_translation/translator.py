@@ -11,8 +11,8 @@ translator the decoded chunks; the translator only writes the events::
     translator.whole(document, usage)    # a whole chat answer as a response object
     await translator.finished()          # before the last bytes: the keeper stores the response
 
-A :class:`Keeper` (gateway/stored/) is what keeps a stored response: told when a stream opens
-(so a cut one is kept as far as it got) and awaited with the final object before the answer's
+A :class:`Keeper` (gateway/response_store/) is what keeps a stored response: told when a stream
+opens (so a cut one is kept as far as it got) and awaited with the final object before the answer's
 last bytes go out, so a follow-up that names it finds it.
 """
 
@@ -25,8 +25,8 @@ from typing import Any, Protocol
 import orjson
 
 from gateway.errors import GatewayError
-from gateway.responses.objects import Json, ResponseShell, response_of_chat
-from gateway.responses.stream import ResponseEvents
+from gateway.responses_translation.objects import Json, ResponseShell, response_of_chat
+from gateway.responses_translation.stream import ResponseEvents
 from gateway.wire.request import Operation, ParsedRequest
 from gateway.wire.usage import Usage
 
@@ -39,7 +39,7 @@ def sse_events(events: Iterable[Json]) -> bytes:
 
 
 class Keeper(Protocol):
-    """Keeps one request's response (gateway/stored/service.py ``Turn``)."""
+    """Keeps one request's response (gateway/response_store/service.py ``Turn``)."""
 
     created_at: int
     stored: bool

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import BigInteger, Column, Float, MetaData, Table, Text
 
-from gateway.storage.migrations import Migration
+from gateway.database.migrations import Migration
 
 RESPONSES_MIGRATIONS = (
     Migration(

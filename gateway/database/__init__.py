@@ -1,7 +1,7 @@
 """Storage shared by the gateway's stateful parts: SQLite (embedded) or PostgreSQL (replicas)."""
 
-from gateway.storage.config import StorageConfig
-from gateway.storage.database import Database
-from gateway.storage.migrations import Migration, MigrationError
+from gateway.database.config import StorageConfig
+from gateway.database.database import Database
+from gateway.database.migrations import Migration, MigrationError
 
 __all__ = ["Database", "Migration", "MigrationError", "StorageConfig"]

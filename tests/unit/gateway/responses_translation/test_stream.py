@@ -10,9 +10,9 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from gateway.errors import UpstreamError
-from gateway.responses.objects import ResponseShell, response_of_chat
-from gateway.responses.stream import ResponseEvents
-from gateway.responses.translator import ResponsesTranslator, sse_events
+from gateway.responses_translation.objects import ResponseShell, response_of_chat
+from gateway.responses_translation.stream import ResponseEvents
+from gateway.responses_translation.translator import ResponsesTranslator, sse_events
 from gateway.wire.meter import StreamMeter
 from gateway.wire.usage import Usage
 

@@ -14,9 +14,9 @@ from contextlib import asynccontextmanager
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gateway.storage import migrations
-from gateway.storage.config import StorageConfig
-from gateway.storage.engine import READ_ONLY, create_engine
+from gateway.database import migrations
+from gateway.database.config import StorageConfig
+from gateway.database.engine import READ_ONLY, create_engine
 
 
 class Database:

@@ -13,15 +13,15 @@ A row another tenant owns reads exactly like a row that does not exist.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 from sqlalchemy import delete, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from gateway.storage.database import Database
-from gateway.stored.schema import stored_responses
+from gateway.database.database import Database
+from gateway.response_store.schema import stored_responses
 from gateway.values import value
 
 Json = dict[str, Any]
@@ -54,20 +54,6 @@ class StoredResponse:
     def items_json(self) -> list[Json]:
         loaded: list[Json] = orjson.loads(self.input_items)
         return loaded
-
-
-class ResponseStore(Protocol):
-    async def put(self, record: StoredResponse) -> None: ...
-
-    async def get(
-        self, response_id: str, *, tenant_id: str, now: float
-    ) -> StoredResponse | None: ...
-
-    async def delete(self, response_id: str, *, tenant_id: str) -> bool: ...
-
-    async def purge_tenant(self, tenant_id: str) -> int: ...
-
-    async def expire(self, *, now: float) -> int: ...
 
 
 class SqlResponseStore:

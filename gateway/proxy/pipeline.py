@@ -1,7 +1,16 @@
-"""The OpenAI endpoints that proxy to an upstream pool: the pipeline, stage by stage.
+"""The request pipeline, stage by stage, with no HTTP in it: a request value in, an answer out.
+
+The entry point is :meth:`Pipeline.serve`: it takes what arrived (an :class:`Incoming`,
+gateway/proxy/incoming.py) and where the answer goes (a :class:`Sink`, gateway/proxy/sink.py),
+and returns the request's one :class:`Outcome`. The ASGI endpoint (gateway/proxy/endpoint.py)
+is one adapter that builds both from ``scope``, ``receive`` and ``send``; a batch job's line
+(issue 39) or a retry the gateway schedules itself builds them without any scope::
+
+    pipeline = Pipeline(state)                   # one per app: app.state.pipeline
+    outcome = await pipeline.serve(Incoming(Operation.CHAT, arrival, principal, body), sink)
 
 Authentication runs before, in gateway/auth/middleware.py (deny by default), and hands the
-principal down with the request. Then each stage returns a value to the next:
+principal down in the request value. Then each stage returns a value to the next:
 
     parse -> request; route lookup -> model route; admit -> reservation;
     route -> plan; forward -> attempt; relay -> what was delivered;
@@ -14,73 +23,113 @@ attempts: the attempts own every replica taken, and give each back), then :class
 Everything after admission runs inside one ``try/finally``: every admitted request is settled
 exactly once and leaves exactly one ledger row, however it ends (an error raised after
 admission, the client gone before the first byte, a reload or a shutdown mid-request).
-Reading :meth:`ProxyEndpoint.__call__` is reading the product.
+Reading :meth:`Pipeline.serve` is reading the product.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Protocol
 
-from gateway.asgi import Receive, Scope, Send
+from gateway.accounting.stage import Accounting
 from gateway.auth.models import Principal
-from gateway.errors import GatewayError
-from gateway.flow.gate import Waited
+from gateway.config import GatewayConfig
+from gateway.errors import BodyTooLarge, GatewayError
+from gateway.flow.gate import FlowGate, Waited
+from gateway.metrics import GatewayMetrics
 from gateway.proxy.disconnect import DisconnectWatch
+from gateway.proxy.incoming import Incoming
 from gateway.proxy.record import Recorder
 from gateway.proxy.relay import Relay
+from gateway.proxy.sink import Sink
 from gateway.proxy.stages import Admitted, Ended, Exchange
-from gateway.responses.translator import translator_for
+from gateway.response_store.service import StoredResponses, Turn
+from gateway.responses_translation.translator import translator_for
 from gateway.routing.attempts import Attempt
+from gateway.routing.outcomes import OutcomeFeed
 from gateway.routing.pools import Pool, Replica
 from gateway.routing.router import RoutePlan
 from gateway.routing.service import Caller
-from gateway.runtime.state import GatewayState
 from gateway.runtime.table import ModelRoute, RoutingTable
-from gateway.stored.service import Turn
+from gateway.telemetry import Tracing
 from gateway.tokens.counting import PromptTokens
 from gateway.upstream.client import UpstreamResponse
-from gateway.wire.outcome import PRINCIPAL_KEY, Arrival, Ending, arrival_of
-from gateway.wire.request import BodyShape, Operation, ParsedRequest, parse_request, read_body
+from gateway.wire.outcome import Arrival, Ending, Outcome, OutcomeSlot
+from gateway.wire.request import BodyShape, Operation, ParsedRequest, parse_request
 
 
-class ProxyEndpoint:
-    """A pure-ASGI endpoint for one OpenAI operation (chat, completions, embeddings, responses)."""
+class PipelineState(Protocol):
+    """What the pipeline reads of the app's state (the app's ``GatewayState`` is one)."""
 
-    def __init__(self, operation: Operation, state: GatewayState) -> None:
-        self.operation = operation
+    @property
+    def config(self) -> GatewayConfig: ...
+    @property
+    def table(self) -> RoutingTable:
+        """The routing table now: read once per request, which keeps its snapshot to the end."""
+
+    @property
+    def accounting(self) -> Accounting: ...
+    @property
+    def responses(self) -> StoredResponses: ...
+    @property
+    def flow(self) -> FlowGate | None: ...
+    @property
+    def tracing(self) -> Tracing: ...
+    @property
+    def metrics(self) -> GatewayMetrics: ...
+    @property
+    def outcomes(self) -> OutcomeFeed: ...
+
+
+class Pipeline:
+    """Serves any proxied OpenAI operation (chat, completions, embeddings, responses)."""
+
+    def __init__(self, state: PipelineState) -> None:
         self.state = state
-        self.path = "/v1/" + operation.upstream
-        self.native_path = "/v1/" + operation.value
-        self.recorder = Recorder(state)
+        self.recorder = Recorder(state.metrics, state.accounting, state.outcomes, state.tracing)
         server = state.config.server
         self.shape = BodyShape(server.max_json_containers, server.max_list_items)
+        self.paths = {op: ("/v1/" + op.upstream, "/v1/" + op.value) for op in Operation}
+        """Each operation's upstream path: translated, and native (the pool serves it itself)."""
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        arrival = arrival_of(scope)
+    async def serve(
+        self, incoming: Incoming, sink: Sink, slot: OutcomeSlot | None = None
+    ) -> Outcome:
+        """Serve one request: its answer written to ``sink``, its one outcome returned.
+
+        A shutdown's cancellation or a bug is raised again once the request is settled and
+        recorded; a caller that still wants the outcome then (the ASGI endpoint's access log)
+        passes its own ``slot``, which holds it."""
+        slot = OutcomeSlot() if slot is None else slot
         with self.state.table.serving() as table:  # this request's snapshot, to the end
-            admitted = await self._admit(scope, receive, send, arrival, table)
-            if admitted is None:
-                return
-            exchange = Exchange.open(arrival, table, admitted, send, self.state.tracing)
-            ended = None
-            try:
-                ended = await self._exchange(scope, receive, exchange)
-            finally:  # settle and record: exactly once, whatever happened
-                self.recorder.admitted(scope, exchange, ended)
-            if ended.error is not None:
-                raise ended.error
+            admitted = await self._admit(incoming, sink, table, slot)
+            if admitted is not None:
+                exchange = Exchange.open(
+                    incoming.arrival, table, admitted, sink, self.state.tracing
+                )
+                ended = None
+                try:
+                    ended = await self._exchange(incoming, sink, exchange)
+                finally:  # settle and record: exactly once, whatever happened
+                    self.recorder.admitted(incoming, exchange, ended, slot)
+                if ended.error is not None:
+                    raise ended.error
+        assert slot.value is not None
+        return slot.value
 
     async def _admit(
-        self, scope: Scope, receive: Receive, send: Send, arrival: Arrival, table: RoutingTable
+        self, incoming: Incoming, sink: Sink, table: RoutingTable, slot: OutcomeSlot
     ) -> Admitted | None:
         """Parse, find the model, reserve; a refusal is answered and recorded here."""
-        principal = scope.get(PRINCIPAL_KEY)
+        principal, arrival = incoming.principal, incoming.arrival
         server = self.state.config.server
         request: ParsedRequest | None = None
         route: ModelRoute | None = None
         try:
-            body = await read_body(scope, receive, server.max_body_bytes)
-            request, turn = await self._parse(body, arrival, principal, server.max_tokens_limit)
+            body = await _body(incoming, server.max_body_bytes)
+            request, turn = await self._parse(
+                incoming.operation, body, arrival, principal, server.max_tokens_limit
+            )
             route = table.route(request.model, principal)
             # A translated request (Responses) is counted from its translation: what goes upstream.
             prompt = PromptTokens(route.counter, request.operation, request.payload)
@@ -88,16 +137,21 @@ class ProxyEndpoint:
                 arrival, principal, request, prompt, route.default_max_tokens
             )
         except GatewayError as err:
-            relay = Relay(send, strip_usage=False)
+            relay = Relay(sink, strip_usage=False)
             await relay.refuse(err, ())
-            self.recorder.refused(scope, request, route, relay.delivered())
+            self.recorder.refused(incoming, request, route, relay.delivered(), slot)
             return None
         return Admitted(request, route, prompt, reservation, turn)
 
     async def _parse(
-        self, body: bytes, arrival: Arrival, principal: Principal | None, max_tokens_limit: int
+        self,
+        operation: Operation,
+        body: bytes,
+        arrival: Arrival,
+        principal: Principal | None,
+        max_tokens_limit: int,
     ) -> tuple[ParsedRequest, Turn | None]:
-        if self.operation is Operation.RESPONSES:  # the conversation it continues looked up
+        if operation is Operation.RESPONSES:  # the conversation it continues looked up
             return await self.state.responses.parse(
                 body,
                 arrival.request_id,
@@ -106,28 +160,28 @@ class ProxyEndpoint:
                 max_tokens_limit,
                 self.shape,
             )
-        return parse_request(self.operation, body, max_tokens_limit, self.shape), None
+        return parse_request(operation, body, max_tokens_limit, self.shape), None
 
-    async def _exchange(self, scope: Scope, receive: Receive, exchange: Exchange) -> Ended:
+    async def _exchange(self, incoming: Incoming, sink: Sink, exchange: Exchange) -> Ended:
         """Route, forward (retries and failover inside), relay; cancelled at once if the client
         goes away. Returns how it ended, a client that left included."""
-        watch = DisconnectWatch(receive)
+        watch = DisconnectWatch(sink.departed)
         plan: RoutePlan | None = None
         error: BaseException | None = None
         gate = self.state.flow
-        waited = gate.start(scope) if gate is not None else None
+        waited = gate.start(incoming.principal, incoming.headers) if gate is not None else None
         try:
             with exchange.attempts:  # every replica taken is given back when this block ends
                 plan = exchange.table.routing.plan(
                     exchange.admitted.route.router,
                     exchange.request,
-                    scope,
-                    _caller(scope),
+                    incoming.headers,
+                    _caller(incoming),
                     exchange.admitted.prompt,
                 )
                 if gate is not None and waited is not None:  # holds its reservation meanwhile
                     await gate.wait(waited, plan, exchange.request, exchange.admitted.prompt)
-                ending = await self._serve(scope, exchange, plan)
+                ending = await self._serve(incoming, exchange, plan)
         except asyncio.CancelledError as cancelled:
             if watch.client_gone():
                 ending = Ending.CLIENT_GONE
@@ -145,15 +199,16 @@ class ProxyEndpoint:
                 gate.done(waited)  # its replica is back: its tenant holds one place less
         return Ended(ending, plan, error, waited)
 
-    async def _serve(self, scope: Scope, exchange: Exchange, plan: RoutePlan) -> Ending:
+    async def _serve(self, incoming: Incoming, exchange: Exchange, plan: RoutePlan) -> Ending:
         request, arrival, attempts = exchange.request, exchange.arrival, exchange.attempts
+        translated_path, native_path = self.paths[incoming.operation]
 
         async def send_via(pool: Pool, replica: Replica, model: str | None) -> UpstreamResponse:
-            headers = _upstream_headers(scope, arrival, pool)
+            headers = _upstream_headers(incoming, arrival, pool)
             if _native(request, pool):  # the client's own body, to a pool that serves it
-                path, body = self.native_path, request.native_body(model)
+                path, body = native_path, request.native_body(model)
             else:
-                path, body = self.path, request.with_model(model)
+                path, body = translated_path, request.with_model(model)
             with exchange.spans.sending(replica.label) as span:  # one client span per attempt
                 headers.extend(span.headers)  # its W3C traceparent
                 response = await pool.client.send(replica.url + path, headers, body)
@@ -212,14 +267,27 @@ def _upstream_failure(attempt: Attempt, relay: Relay) -> str | None:
     return relay.error_code  # the stream broke or stalled
 
 
-def _caller(scope: Scope) -> Caller:
-    principal = scope.get(PRINCIPAL_KEY)
+async def _body(incoming: Incoming, limit: int) -> bytes:
+    """The request body, never more than ``limit`` bytes (a whole one is checked too: a batch
+    line is as hostile as an HTTP body)."""
+    body = incoming.body
+    if isinstance(body, bytes):
+        if len(body) > limit:
+            raise BodyTooLarge(f"The request body is larger than the limit of {limit} bytes.")
+        return body
+    return await body(limit)
+
+
+def _caller(incoming: Incoming) -> Caller:
+    principal = incoming.principal
     if principal is None:
-        return Caller(None, None)
-    return Caller(principal.key_id, dict(principal.labels))
+        return Caller(None, None, incoming.client)
+    return Caller(principal.key_id, dict(principal.labels), incoming.client)
 
 
-def _upstream_headers(scope: Scope, arrival: Arrival, pool: Pool) -> list[tuple[bytes, bytes]]:
+def _upstream_headers(
+    incoming: Incoming, arrival: Arrival, pool: Pool
+) -> list[tuple[bytes, bytes]]:
     # The upstream sees the gateway's own id (vLLM may use it as its engine request id, so it
     # must be unique), and the client's correlation id alongside.
     headers = [
@@ -230,5 +298,5 @@ def _upstream_headers(scope: Scope, arrival: Arrival, pool: Pool) -> list[tuple[
         headers.append((b"x-client-request-id", arrival.correlation_id.encode()))
     forwarded = pool.forward_headers
     if forwarded:
-        headers.extend((k, v) for k, v in scope["headers"] if k in forwarded)
+        headers.extend((k, v) for k, v in incoming.headers if k in forwarded)
     return headers

@@ -10,13 +10,13 @@ from typing import Any
 import orjson
 import pytest
 
+from gateway.database import Database
 from gateway.errors import NotFound
 from gateway.metrics import GatewayMetrics
-from gateway.storage import Database
-from gateway.stored import store as store_module
-from gateway.stored.config import ResponsesConfig
-from gateway.stored.service import StoredResponses
-from gateway.stored.store import SqlResponseStore, StoredResponse
+from gateway.response_store import store as store_module
+from gateway.response_store.config import ResponsesConfig
+from gateway.response_store.service import StoredResponses
+from gateway.response_store.store import SqlResponseStore, StoredResponse
 from gateway.wire.request import DEFAULT_SHAPE
 
 NOW = 1_800_000_000.0

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from gateway.errors import InvalidParameter
-from gateway.responses.request import parse_responses, to_chat
+from gateway.responses_translation.request import parse_responses, to_chat
 from gateway.tokens import TokenCounter, TokenizerConfig
 from gateway.wire.request import Operation
 
@@ -192,8 +192,8 @@ def test_a_type_or_role_of_any_json_value_is_a_400(item: dict[str, Any]) -> None
 
 
 def test_a_continued_conversation_comes_after_the_instructions() -> None:
-    """The stored history (gateway/stored/) goes between this request's instructions and its new
-    input; ``store`` and ``previous_response_id`` never reach the upstream."""
+    """The stored history (gateway/response_store/) goes between this request's instructions
+    and its new input; ``store`` and ``previous_response_id`` never reach the upstream."""
     history = [
         {"type": "message", "id": "msg_1", "role": "user", "status": "completed",
          "content": [{"type": "input_text", "text": "hi"}]},

@@ -13,8 +13,9 @@ echoed in the answer only. Fields the Responses API has and chat has not (``reas
 pass through, as on every other endpoint.
 
 A continued conversation (``previous_response_id``) arrives here already looked up: its earlier
-items are passed as ``history`` and translated before the new ``input`` (gateway/stored/ keeps
-and finds them); ``instructions`` are this request's own, as the API defines them.
+items are passed as ``history`` and translated before the new ``input``
+(gateway/response_store/ keeps and finds them); ``instructions`` are this request's own, as the
+API defines them.
 
 Refused with a 400 that says so: ``conversation`` (the Conversations API), ``item_reference``,
 ``background``, prompt templates, built-in tools (web search, file search...) and files.

@@ -8,9 +8,9 @@ import pytest
 from sqlalchemy import text
 
 from gateway.auth.schema import AUTH_MIGRATIONS
+from gateway.database import Database, Migration, MigrationError, StorageConfig
+from gateway.database.migrations import check_sequences
 from gateway.runtime.migrations import all_migrations
-from gateway.storage import Database, Migration, MigrationError, StorageConfig
-from gateway.storage.migrations import check_sequences
 
 LATEST_AUTH = len(AUTH_MIGRATIONS)
 

@@ -22,27 +22,25 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 import orjson
-from prometheus_client import Counter
 
+from gateway.clock import Reading
+from gateway.database.database import Database
 from gateway.errors import InvalidParameter, NotFound
 from gateway.metrics import GatewayMetrics
-from gateway.responses.request import translate, with_default_model
-from gateway.responses.stream import ResponseEvents
-from gateway.storage.database import Database
-from gateway.stored.config import ResponsesConfig
-from gateway.stored.items import MAX_ID_CHARS, conversation, input_items
-from gateway.stored.store import SqlResponseStore, StoredResponse
+from gateway.response_store.config import ResponsesConfig
+from gateway.response_store.items import MAX_ID_CHARS, conversation, input_items
+from gateway.response_store.store import SqlResponseStore, StoredResponse
+from gateway.responses_translation.request import translate, with_default_model
+from gateway.responses_translation.stream import ResponseEvents
 from gateway.wire.outcome import Ending
 from gateway.wire.request import BodyShape, ParsedRequest, load_object
 
 logger = logging.getLogger(__name__)
 
 Json = dict[str, Any]
-Clock = Callable[[], float]
 ANONYMOUS = ""
 """The tenant of every response when keys are off: one caller, one tenant."""
 _STATELESS = (
@@ -57,22 +55,22 @@ class StoredResponses:
         config: ResponsesConfig,
         database: Database,
         metrics: GatewayMetrics,
-        clock: Clock = time.time,
+        clock: Reading = time.time,
     ) -> None:
         self.config = config
         self.store = SqlResponseStore(database)
         self.clock = clock
-        self.kept = Counter(
+        self.kept = metrics.counter(
             "gateway_stored_responses",
             "Responses the gateway tried to store, by result (stored, too_large, failed)",
             ["result"],
-            registry=metrics.registry,
         )
-        self.expired = Counter(
+        # No labels: its one series, shown from the start (at 0).
+        self.expired = metrics.counter(
             "gateway_stored_responses_expired",
             "Stored responses removed by the retention sweep",
-            registry=metrics.registry,
-        )
+            [],
+        ).labels()
         self._writes: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -199,7 +197,7 @@ class StoredResponses:
 
 class Turn:
     """One Responses request's part in the store: what it continues, whether and how its response
-    is kept (the translator's :class:`~gateway.responses.translator.Keeper`)."""
+    is kept (the translator's :class:`~gateway.responses_translation.translator.Keeper`)."""
 
     __slots__ = (
         "_events",

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 from sqlalchemy import text
 
-from gateway.storage import Database, StorageConfig
+from gateway.database import Database, StorageConfig
 
 
 async def test_sqlite_store_is_a_wal_file_in_a_created_folder(tmp_path: Path) -> None:
@@ -87,7 +87,7 @@ async def test_reads_take_no_write_lock(tmp_path: Path) -> None:
 
 
 def test_postgres_pool_sizes_come_from_the_config() -> None:
-    from gateway.storage.engine import create_engine
+    from gateway.database.engine import create_engine
 
     config = StorageConfig(
         url="postgresql://gw@db.internal/gw", pool_size=7, max_overflow=3, pool_timeout=2.5

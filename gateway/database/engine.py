@@ -20,8 +20,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from gateway.database.config import StorageConfig
 from gateway.extras import require
-from gateway.storage.config import StorageConfig
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 READ_ONLY = "pd_gateway_read_only"

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.responses.objects import (
+from gateway.responses_translation.objects import (
     Json,
     ResponseShell,
     function_call_item,
