@@ -61,6 +61,25 @@ _EVENT_STREAM = {
 
 # The default server.max_tokens_limit: a deployment may lower it (then larger values are 400).
 _MAX_TOKENS = {"type": "integer", "minimum": 1, "maximum": 1_000_000}
+# OpenAI's ranges for its sampling fields, as the gateway checks them (gateway/wire/request.py's
+# _RANGES, a layer above this one): a value outside them is a 400, so the document says so.
+_SAMPLING: dict[str, dict[str, Any]] = {
+    "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+    "top_p": {"type": "number", "minimum": 0, "maximum": 1},
+    "presence_penalty": {"type": "number", "minimum": -2, "maximum": 2},
+    "frequency_penalty": {"type": "number", "minimum": -2, "maximum": 2},
+    "top_logprobs": {"type": "integer", "minimum": 0, "maximum": 20},
+    # Choices a request may ask for (gateway/wire/request.py's _MAX_CHOICES).
+    "n": {"type": "integer", "minimum": 1, "maximum": 128},
+    "best_of": {"type": "integer", "minimum": 1, "maximum": 128},
+}
+_CHAT_MESSAGE = {
+    "type": "object",
+    "required": ["role"],
+    "properties": {
+        "role": {"enum": ["system", "developer", "user", "assistant", "tool", "function"]}
+    },
+}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -78,6 +97,7 @@ def _request_schema(
             required_input: input_schema,
             "stream": {"type": "boolean"} if streams else {"const": False},
             "max_tokens": _MAX_TOKENS,
+            **_SAMPLING,
         },
         "additionalProperties": True,
     }
@@ -207,9 +227,12 @@ def _responses_request() -> dict[str, Any]:
             },
             "instructions": {"type": "string"},
             "stream": {"type": "boolean"},
-            "max_output_tokens": _MAX_TOKENS,
-            "temperature": {"type": "number"},
-            "top_p": {"type": "number"},
+            # OpenAI's minimum for max_output_tokens is 16 (gateway/responses_translation).
+            "max_output_tokens": {**_MAX_TOKENS, "minimum": 16},
+            "temperature": _SAMPLING["temperature"],
+            "top_p": _SAMPLING["top_p"],
+            # Passed through to the chat request it becomes, and checked there.
+            "n": _SAMPLING["n"],
             "tools": {
                 "type": "array",
                 "maxItems": 128,
@@ -549,7 +572,9 @@ def _management_paths(errors: dict[str, Any]) -> dict[str, Any]:
 def _schemas() -> dict[str, Any]:
     text_or_list = {"oneOf": [{"type": "string"}, {"type": "array"}]}
     return {
-        "ChatRequest": _request_schema("messages", {"type": "array", "minItems": 1}),
+        "ChatRequest": _request_schema(
+            "messages", {"type": "array", "minItems": 1, "items": _CHAT_MESSAGE}
+        ),
         "CompletionRequest": _request_schema("prompt", text_or_list),
         "EmbeddingRequest": _request_schema("input", text_or_list, streams=False),
         "ResponsesRequest": _responses_request(),
