@@ -17,7 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from serve_app.kv_transfer_log import Transfer, parse_transfer_lines
+from serve_app.kv_transfer_log import MARKER, Transfer, parse_transfer_lines
+
+_WRITER = "(Worker pid="
 
 
 def _logs(logs_dir: Path) -> list[Path]:
@@ -29,15 +31,25 @@ def mark(logs_dir: Path, mark_file: Path) -> None:
     mark_file.write_text(json.dumps(offsets))
 
 
+def _own_line(line: str) -> str:
+    """The line as the process that wrote it wrote it: from its ``(Worker pid=N)`` prefix on."""
+    start = line.find(_WRITER)
+    return line if start < 0 else line[start:]
+
+
 def read_since(logs_dir: Path, mark_file: Path) -> list[Transfer]:
+    """Each transfer once: vLLM's Ray executor writes a line to its worker's log, and Ray
+    forwards it into the engine actor's log too (``(RayWorkerProc pid=N) (Worker pid=N) ...``),
+    so the same line is kept once, however many logs it is in (the H200 run of 2026-12-02 counted
+    every transfer twice before)."""
     offsets: dict[str, int] = json.loads(mark_file.read_text())
-    transfers: list[Transfer] = []
+    lines: dict[str, None] = {}  # in order, each once
     for path in _logs(logs_dir):
         with path.open("rb") as log:
             log.seek(offsets.get(str(path), 0))
             text = log.read().decode(errors="replace")
-        transfers += parse_transfer_lines(text.splitlines())
-    return transfers
+        lines.update((_own_line(line), None) for line in text.splitlines() if MARKER in line)
+    return parse_transfer_lines(lines)
 
 
 def _quantiles(values: list[float]) -> dict[str, float | None]:

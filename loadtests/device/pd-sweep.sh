@@ -14,6 +14,8 @@
 #         colocated
 #   r2k   open loop (Poisson), 2048-token prompts, 1 to 16 requests/s, PD and colocated: past
 #         both knees (PD's is the KV transfer's, about 1.4 requests/s over UCX on TCP loopback)
+#   mix   open loop, half 64-token and half 2048-token prompts, 2, 4 and 8 requests/s: the model
+#         routed by the gateway (64 tokens to colocated, 2048 to PD) against each pool alone
 # PD_SWEEP_ITEMS="r2k ...": only the items named (default: all, in the order above).
 # Every item: 64 output tokens (ignore_eos), 2 warm-up requests per target, 6 s of sending per
 # step, SLO TTFT <= 1000 ms and TPOT <= 50 ms for goodput. PD_GPU_DRY_RUN=1: arguments checked only.
@@ -33,6 +35,7 @@ pd_direct="$(field base_urls pd)/v1"; co_direct="$(field base_urls colocated)/v1
 key="key_env=PD_LOADTEST_KEY"
 pd="name=pd,url=$gw,model=$model-pd,$key"
 co="name=colocated,url=$gw,model=$model-colocated,$key"
+routed="name=routed,url=$gw,model=$model,$key"
 common=(--tokenizer "$tokenizer" --output-tokens 64 --ignore-eos --warmup 2 --duration 6
   --slo-ttft-ms 1000 --slo-tpot-ms 50 --timeout 180)
 
@@ -60,4 +63,6 @@ item c128 110 --input-tokens 128 --concurrency 1,8,32 --target "$pd" \
 item c2k 60 --input-tokens 2048 --concurrency 1,8,32 --target "$pd" --target "$co"
 item c8k 75 --input-tokens 8000 --concurrency 1,8,32 --target "$pd" --target "$co"
 item r2k 240 --input-tokens 2048 --rate 1,2,4,8,16 --target "$pd" --target "$co"
+item mix 120 --workload mix --short-tokens 64 --long-tokens 2048 --long-fraction 0.5 \
+  --rate 2,4,8 --target "$routed" --target "$pd" --target "$co"
 touch "$out/done"
