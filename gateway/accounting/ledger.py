@@ -56,6 +56,11 @@ class UsageRow:
     operation: str | None = None
     """What the client asked for (``chat/completions``, ``responses``...): a Responses request
     is billed like chat, and its row says which API it came through."""
+    cost_micros: int | None = None
+    """What the row's tokens cost, in micro-units of the price's currency (None: the model has
+    no price), computed once when the row is built (``gateway.accounting.prices.cost``)."""
+    price_version: str | None = None
+    """The price it was computed with (``USD-<digest>``: the currency and a hash of the price)."""
 
 
 class LedgerStore(Protocol):
