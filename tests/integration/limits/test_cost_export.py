@@ -14,10 +14,11 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import yaml
 
-from tests.gatewayproc import start_gateway
+from tests.gatewayproc import GatewayProcess, start_gateway
 from tests.integration.limits.limitsetup import MODEL, STEERING, ledger_rows
-from tests.integration.limits.test_ledger_rows import stream_lines, wait_for_rows
+from tests.integration.limits.test_ledger_rows import MESSAGES, stream_lines, wait_for_rows
 from tests.simproc import SimProcess, start_sim
 
 PRICE = {"input": "0.15", "cached_input": "0.075", "output": "0.600001"}
@@ -87,3 +88,41 @@ def test_costs_of_a_mixed_load_sum_to_prices_times_tokens(sim: SimProcess, tmp_p
     assert sum(int(g["cost_micros"]) for g in groups) == total
     assert sum(Decimal(g["cost"]) for g in groups) * 1_000_000 == total
     assert sum(int(g["input_tokens"]) for g in groups) == sum(r["input_tokens"] for r in rows)
+
+
+def test_a_reload_changes_the_prices_of_later_rows_and_a_bad_one_changes_nothing(
+    sim: SimProcess, tmp_path: Path
+) -> None:
+    def config(output: str) -> dict[str, Any]:
+        price = {"input": "1", "output": output}
+        return {
+            "pools": {"sim": {"urls": [sim.url]}},
+            "models": {MODEL: {"pool": "sim"}},
+            "prices": {"currency": "EUR", "models": {MODEL: price}},
+            "storage": {"url": f"sqlite:///{tmp_path}/ledger.db"},
+            "accounting": {"ledger_interval": 0.1},
+        }
+
+    def ask(gateway: GatewayProcess, n: int) -> dict[str, Any]:
+        client = openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0)
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=8)  # type: ignore[arg-type]
+        wait_for_rows(tmp_path / "ledger.db", n)
+        return ledger_rows(tmp_path / "ledger.db")[-1]
+
+    def reload(gateway: GatewayProcess, output: str) -> httpx.Response:
+        assert gateway.config_path is not None
+        running = yaml.safe_load(gateway.config_path.read_text())["server"]
+        gateway.config_path.write_text(yaml.safe_dump({**config(output), "server": running}))
+        return httpx.post(gateway.url + "/admin/routing/reload", timeout=10)
+
+    with start_gateway(config("2"), tmp_path) as gateway:
+        first = ask(gateway, 1)
+        refused = reload(gateway, "-2")
+        assert refused.status_code == 400 and "negative" in refused.text
+        same = ask(gateway, 2)
+        assert reload(gateway, "4").status_code == 200
+        after = ask(gateway, 3)
+    assert first["price_version"] == same["price_version"] != after["price_version"]
+    for row, output_price in ((first, 2), (same, 2), (after, 4)):
+        want = row["input_tokens"] * 1 + row["output_tokens"] * output_price  # micro-units
+        assert row["cost_micros"] == want and row["price_version"].startswith("EUR-")
