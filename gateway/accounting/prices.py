@@ -187,6 +187,20 @@ class PriceTable:
         found = self.models.get((model, variant)) if variant is not None else None
         return found or self.models.get((model, None))
 
+    def highest(self, model: str) -> Price | None:
+        """The dearest of the model's prices, kind by kind (over its variants): what a budget
+        reserves at admission, before routing has picked the variant that is then settled."""
+        prices = [p for (name, _), p in self.models.items() if name == model]
+        if not prices:
+            return None
+        return Price(
+            input=max(p.input for p in prices),
+            cached_input=max(p.cached_input for p in prices),
+            output=max(p.output for p in prices),
+            batch_discount_ppm=min(p.batch_discount_ppm for p in prices),
+            version="highest",
+        )
+
 
 NO_PRICES = PriceTable(None, {})
 

@@ -103,3 +103,27 @@ async def test_rows_from_before_prices_keep_no_cost_after_the_migration(
     [total] = (await store.report(UsageQuery((), start=DAY, end=2 * DAY))).rows
     assert total["requests"] == 3
     assert total["cost_micros"] == priced_row(1).cost_micros
+
+
+def test_the_highest_price_covers_every_variant_for_a_reservation() -> None:
+    prices = PriceTable.build(
+        PricesConfig.model_validate(
+            {
+                "currency": "USD",
+                "models": {
+                    "v": {
+                        "input": "1",
+                        "output": "5",
+                        "variants": {"canary": {"input": "2", "output": "3"}},
+                    }
+                },
+            }
+        )
+    )
+    top = prices.highest("v")
+    assert top is not None and (top.input, top.output) == (2_000_000, 5_000_000)
+    usage = {"input_tokens": 1000, "cached_tokens": 0, "output_tokens": 200}
+    for variant in (None, "canary"):
+        price = prices.price("v", variant)
+        assert price is not None and cost(price, **usage) <= cost(top, **usage)
+    assert prices.highest("unpriced") is None
