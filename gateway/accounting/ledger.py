@@ -89,6 +89,8 @@ class Ledger:
         self._rows: list[UsageRow] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._flushing = asyncio.Lock()
+        """One flush at a time: two would both take the head of the buffer and write it twice."""
         self._closing = False
         self.written = 0
         self.write_failures = 0
@@ -169,6 +171,10 @@ class Ledger:
         1,000 requests/s, one request at a time), and a batch's fixed cost (a transaction, the
         daily totals' upsert compiled anew) then dominated the gateway's CPU (README,
         Performance)."""
+        async with self._flushing:
+            return await self._flush()
+
+    async def _flush(self) -> bool:
         remaining = len(self._rows)
         while remaining > 0:
             batch = self._rows[: min(self.batch_size, remaining)]

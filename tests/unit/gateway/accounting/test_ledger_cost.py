@@ -3,10 +3,12 @@ version, summed in the daily totals and the reports exactly to prices x tokens."
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from dataclasses import replace
 from decimal import ROUND_HALF_UP, Decimal
 
-from gateway.accounting.ledger import UsageRow
+from gateway.accounting.ledger import Ledger, UsageRow
 from gateway.accounting.ledger_sql import SqlLedgerStore, UsageQuery
 from gateway.accounting.prices import PricesConfig, PriceTable, cost
 from gateway.runtime.migrations import all_migrations
@@ -127,3 +129,20 @@ def test_the_highest_price_covers_every_variant_for_a_reservation() -> None:
         price = prices.price("v", variant)
         assert price is not None and cost(price, **usage) <= cost(top, **usage)
     assert prices.highest("unpriced") is None
+
+
+async def test_flushes_at_once_write_each_row_once() -> None:
+    class SlowStore:
+        def __init__(self) -> None:
+            self.rows: list[UsageRow] = []
+
+        async def write(self, rows: Sequence[UsageRow]) -> None:
+            await asyncio.sleep(0.01)  # the other flush runs meanwhile
+            self.rows += rows
+
+    store = SlowStore()
+    ledger = Ledger(store, batch_size=10, interval=3600)
+    for i in range(25):
+        ledger.record(priced_row(i))
+    assert all(await asyncio.gather(ledger.flush(), ledger.flush(), ledger.flush()))
+    assert sorted(r.request_id for r in store.rows) == sorted(f"r{i}" for i in range(25))
