@@ -110,7 +110,11 @@ def create_app(
         Route("/openapi.json", OpenAPI(routes, REQUEST_MODELS), methods=["GET"]),
         *routing_admin_routes(state, reloader),
         # Before the /admin mount, which would otherwise answer /admin/usage with a 404.
-        *usage_routes(SqlLedgerStore(state.database), admin=state.auth is not None),
+        *usage_routes(
+            SqlLedgerStore(state.database),
+            admin=state.auth is not None,
+            currency=lambda: state.accounting.prices.currency,
+        ),
         *responses_routes(state.responses, admin=state.auth is not None),
         *admin_routes(state.auth),
         *own_key_routes(state.auth),

@@ -20,6 +20,7 @@ from pydantic import Field, model_validator
 
 from configkit import ConfigError, StrictModel, format_validation_error, parse_model, read_yaml
 from gateway.accounting.config import AccountingConfig
+from gateway.accounting.prices import PricesConfig, price_errors
 from gateway.auth.config import AuthConfig
 from gateway.database.config import StorageConfig
 from gateway.extras import MissingExtra, require
@@ -122,6 +123,8 @@ class GatewayConfig(StrictModel):
     limits: LimitsConfig = LimitsConfig()
     """Rate limits per key and tenant (gateway/limits/config.py)."""
     accounting: AccountingConfig = AccountingConfig()
+    prices: PricesConfig = PricesConfig()
+    """Prices per model and variant, the cost on each ledger row (gateway/accounting/prices.py)."""
     storage: StorageConfig = StorageConfig()
     """The shared store of keys and usage (gateway/database/config.py)."""
     auth: AuthConfig = AuthConfig()
@@ -146,6 +149,14 @@ class GatewayConfig(StrictModel):
             for name, m in self.models.items()
             for problem in model_pool_errors(name, m.pool, m.variants, m.canary, self.pools)
         ]
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    @model_validator(mode="after")
+    def _prices_name_known_models(self) -> GatewayConfig:
+        variants = {name: set(m.variants or ()) for name, m in self.models.items()}
+        problems = price_errors(self.prices, variants)
         if problems:
             raise ValueError("\n".join(problems))
         return self

@@ -498,6 +498,13 @@ def _op(
     return op
 
 
+def _csv(op: dict[str, Any]) -> dict[str, Any]:
+    """``op`` answering CSV text instead of JSON (the usage exports)."""
+    ok = op["responses"]["200"]
+    ok["content"] = {"text/csv": {"schema": {"type": "string"}}}
+    return op
+
+
 def _management_paths(errors: dict[str, Any]) -> dict[str, Any]:
     """Usage, keys and routing: what the web console reads (it has no other API), and the
     stored responses. Their fields are described in gateway/accounting/usage_api.py,
@@ -527,6 +534,10 @@ def _management_paths(errors: dict[str, Any]) -> dict[str, Any]:
                 **_USAGE_QUERY, "group_by": _groups("day", "key_id", "model"),
                 "scope": {"enum": ["key", "tenant"]}},
             result=_LIST)},
+        "/v1/usage/export": {"get": _csv(_op(
+            "/v1/usage's groups as CSV (cost_micros sums to the ledger's)", errors, query={
+                **_USAGE_QUERY, "group_by": _groups("day", "key_id", "model"),
+                "scope": {"enum": ["key", "tenant"]}}))},
         "/v1/keys": {"get": _op("The caller's tenant's keys, never secrets", errors,
                                 result=_LIST)},
         "/admin/usage": {"get": _op(
@@ -535,6 +546,11 @@ def _management_paths(errors: dict[str, Any]) -> dict[str, Any]:
                 **_USAGE_QUERY, "group_by": _groups("day", "tenant_id", "key_id", "model"),
                 "tenant_id": _STRING, "key_id": _STRING, "model": _STRING},
             result=_LIST)},
+        "/admin/usage/export": {"get": _csv(_op(
+            "/admin/usage's groups as CSV (cost_micros sums to the ledger's)", errors,
+            query={
+                **_USAGE_QUERY, "group_by": _groups("day", "tenant_id", "key_id", "model"),
+                "tenant_id": _STRING, "key_id": _STRING, "model": _STRING}))},
         "/admin/tenants": {"get": _op("Tenants", errors, result=_LIST),
                            "post": _op("Create a tenant", errors, body=True)},
         "/admin/tenants/{tenant}": {

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from gateway.accounting.ledger import UsageRow
 
 DAY = 86400
-TOTALS = ("requests", "input_tokens", "output_tokens", "cached_tokens")
+TOTALS = ("requests", "input_tokens", "output_tokens", "cached_tokens", "cost_micros")
 GROUPS = ("day", "tenant_id", "key_id", "model")
 
 CREATE = (
@@ -62,11 +62,12 @@ def totals(rows: Iterable[UsageRow]) -> list[dict[str, Any]]:
     sums: dict[tuple[int, str, str, str], list[int]] = {}
     for r in rows:
         group = (int(r.created_at // DAY), r.tenant_id or "", r.key_id or "", r.model)
-        acc = sums.setdefault(group, [0, 0, 0, 0])
+        acc = sums.setdefault(group, [0, 0, 0, 0, 0])
         acc[0] += 1
         acc[1] += r.input_tokens
         acc[2] += r.output_tokens
         acc[3] += r.cached_tokens
+        acc[4] += r.cost_micros or 0
     return [
         {**dict(zip(GROUPS, group, strict=True)), **dict(zip(TOTALS, acc, strict=True))}
         for group, acc in sums.items()

@@ -56,6 +56,11 @@ class UsageRow:
     operation: str | None = None
     """What the client asked for (``chat/completions``, ``responses``...): a Responses request
     is billed like chat, and its row says which API it came through."""
+    cost_micros: int | None = None
+    """What the row's tokens cost, in micro-units of the price's currency (None: the model has
+    no price), computed once when the row is built (``gateway.accounting.prices.cost``)."""
+    price_version: str | None = None
+    """The price it was computed with (``USD-<digest>``: the currency and a hash of the price)."""
 
 
 class LedgerStore(Protocol):
@@ -84,6 +89,8 @@ class Ledger:
         self._rows: list[UsageRow] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._flushing = asyncio.Lock()
+        """One flush at a time: two would both take the head of the buffer and write it twice."""
         self._closing = False
         self.written = 0
         self.write_failures = 0
@@ -164,6 +171,10 @@ class Ledger:
         1,000 requests/s, one request at a time), and a batch's fixed cost (a transaction, the
         daily totals' upsert compiled anew) then dominated the gateway's CPU (README,
         Performance)."""
+        async with self._flushing:
+            return await self._flush()
+
+    async def _flush(self) -> bool:
         remaining = len(self._rows)
         while remaining > 0:
             batch = self._rows[: min(self.batch_size, remaining)]

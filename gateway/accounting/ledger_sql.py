@@ -87,6 +87,17 @@ LEDGER_MIGRATIONS = (
         ("ALTER TABLE usage_ledger ADD COLUMN operation TEXT",),
     ),
     Migration("ledger", 4, "daily usage totals, kept with every batch", daily.CREATE),
+    Migration(
+        "ledger",
+        5,
+        "usage ledger: each row's cost in micro-units and the price version it used",
+        (
+            "ALTER TABLE usage_ledger ADD COLUMN cost_micros BIGINT",
+            "ALTER TABLE usage_ledger ADD COLUMN price_version TEXT",
+            # Rows before prices existed cost nothing known: 0 in the totals, NULL on the row.
+            "ALTER TABLE usage_daily ADD COLUMN cost_micros BIGINT NOT NULL DEFAULT 0",
+        ),
+    ),
 )
 
 metadata = MetaData()
@@ -112,6 +123,8 @@ usage_ledger = Table(
     Column("partial", Boolean, nullable=False),
     Column("correlation_id", Text),
     Column("operation", Text),
+    Column("cost_micros", BigInteger),
+    Column("price_version", Text),
 )
 
 
@@ -273,10 +286,7 @@ def _filtered(
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
     """Sums come back as Decimal on PostgreSQL; the API speaks integers. Column names are
     SQLAlchemy's ``quoted_name`` (a str subclass, which orjson refuses as a key)."""
-    out = {
-        str(k): int(v or 0) if k.endswith("_tokens") or k == "requests" else v
-        for k, v in row.items()
-    }
+    out = {str(k): int(v or 0) if k in daily.TOTALS else v for k, v in row.items()}
     for name in ("tenant_id", "key_id"):  # anonymous rows: '' in the daily totals
         if out.get(name) == "":
             out[name] = None

@@ -17,6 +17,7 @@ from pathlib import Path
 from gateway.accounting.config import AccountingConfig
 from gateway.accounting.ledger import Ledger, UsageRow
 from gateway.accounting.ledger_sql import SqlLedgerStore
+from gateway.accounting.prices import NO_PRICES, PriceTable, cost
 from gateway.database.database import Database
 from gateway.limits.admission import Identity, RateLimiter, Reservation
 from gateway.tokens.counting import PromptTokens
@@ -25,9 +26,13 @@ from gateway.wire.request import ParsedRequest
 
 
 class Accounting:
-    def __init__(self, config: AccountingConfig, limiter: RateLimiter) -> None:
+    def __init__(
+        self, config: AccountingConfig, limiter: RateLimiter, prices: PriceTable = NO_PRICES
+    ) -> None:
         self.config = config
         self.limiter = limiter
+        self.prices = prices
+        """Swapped whole by a config reload: a request reads it once, when its row is built."""
         self.ledger: Ledger | None = None
 
     async def start(self, database: Database | None) -> None:
@@ -77,17 +82,21 @@ class Accounting:
         """True the reservation up to the outcome's usage and record its ledger row."""
         self.limiter.settle(reservation, outcome.usage.total)
         if self.ledger is not None:
-            self.ledger.record(ledger_row(outcome))
+            self.ledger.record(ledger_row(outcome, self.prices))
 
 
-def ledger_row(outcome: Outcome) -> UsageRow:
+def ledger_row(outcome: Outcome, prices: PriceTable = NO_PRICES) -> UsageRow:
+    """The request's row, priced here and only here: the usage billed (a cut stream's counted
+    usage, a retried request's final attempt) at the price of the model and variant served."""
     usage, route, ttft = outcome.usage, outcome.route, outcome.time_to_first_token
+    model = outcome.model or ""
+    price = prices.price(model, route.variant)
     return UsageRow(
         created_at=outcome.arrival.started_wall,
         request_id=outcome.arrival.request_id,
         tenant_id=outcome.tenant_id,
         key_id=outcome.key_id,
-        model=outcome.model or "",
+        model=model,
         pool=route.pool,
         variant=route.variant,
         input_tokens=usage.input_tokens,
@@ -99,4 +108,13 @@ def ledger_row(outcome: Outcome) -> UsageRow:
         partial=usage.partial,
         correlation_id=outcome.arrival.correlation_id,
         operation=None if outcome.operation is None else outcome.operation.value,
+        cost_micros=None
+        if price is None
+        else cost(
+            price,
+            input_tokens=usage.input_tokens,
+            cached_tokens=usage.cached_tokens,
+            output_tokens=usage.output_tokens,
+        ),
+        price_version=None if price is None else price.version,
     )

@@ -7,7 +7,7 @@ their own clients; requests already running finish on the table they started wit
 replaced pool's client closes only once the last of them has ended, so streams in progress are
 not dropped and never find their pool gone. Routers carry their variants' rollbacks and windows over
 unless the operator changed that variant. Only the routing sections are reloaded (pools,
-models, tokenizer, retries); the others need a restart::
+models, tokenizer, retries) and the prices; the others need a restart::
 
     reloader = ConfigReloader(state, Path("gateway.yaml"))
     await reloader.reload()     # raises ConfigError, and changes nothing, if the file is bad
@@ -23,6 +23,8 @@ from collections.abc import Coroutine, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from gateway.accounting.prices import PriceTable
+from gateway.accounting.stage import Accounting
 from gateway.clock import Clock
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.routing.canary_judges import Canaries
@@ -44,7 +46,8 @@ _DRAIN_POLL_SECONDS = 0.1
 
 class Reloadable(Protocol):
     """What a reload reads and swaps: the table (written), what a new one is built from, and
-    the health checks a new pool starts with (the app's ``GatewayState`` is one)."""
+    the health checks a new pool starts with, the accounting whose prices it swaps (the app's
+    ``GatewayState`` is one)."""
 
     table: RoutingTable
 
@@ -56,6 +59,8 @@ class Reloadable(Protocol):
     def canaries(self) -> Canaries: ...
     @property
     def clock(self) -> Clock: ...
+    @property
+    def accounting(self) -> Accounting: ...
 
     async def watch_pools(self, pools: Iterable[Pool]) -> None: ...
 
@@ -99,6 +104,7 @@ class ConfigReloader:
         fresh = [pool for name, pool in new.pools.items() if old.pools.get(name) is not pool]
         await state.watch_pools(fresh)  # first health check before taking traffic
         state.table = new  # the swap: requests started on ``old`` finish on it
+        state.accounting.prices = PriceTable.build(config.prices)  # rows built from now on
         retired = retired_pools(old, new)
         for pool in retired:
             pool.retired = True
@@ -119,7 +125,7 @@ class ConfigReloader:
         self._spawn(run())
 
 
-RELOADED_SECTIONS = ("pools", "models", "tokenizer", "retries")
+RELOADED_SECTIONS = ("pools", "models", "tokenizer", "retries", "prices")
 """What a reload changes; the other sections (server, auth, storage, limits, ...) are read once
 at start-up by their own components, so they change only on restart."""
 

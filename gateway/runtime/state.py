@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from gateway.accounting.prices import PriceTable
 from gateway.accounting.stage import Accounting
 from gateway.auth.service import AuthService, build_auth
 from gateway.clock import SYSTEM_CLOCK, Clock
@@ -91,7 +92,7 @@ class GatewayState:
             config, upstream_factory, routing_metrics, shared_canary=canaries.shared, clock=clock
         )
         limiter = RateLimiter.build(config.limits, metrics, clock)
-        accounting = Accounting(config.accounting, limiter)
+        accounting = Accounting(config.accounting, limiter, PriceTable.build(config.prices))
         database = Database.open(config.storage)
         flow = FlowGate(config.flow, FlowMetrics(metrics)) if config.flow.enabled else None
         return cls(

@@ -46,6 +46,8 @@ class Script:
     """The stream's first chunk waits for this (the engine still prefilling it)."""
     rest: asyncio.Event | None = None
     """The chunks after the first wait for this (the engine decoding it)."""
+    cached: int = 0
+    """Prompt tokens the usage says were served from the prefix cache (``cached_tokens``)."""
 
 
 @dataclass
@@ -116,7 +118,7 @@ class FakeResponse:
         for start in range(0, script.unended, 1 << 16):
             yield b"x" * min(1 << 16, script.unended - start)
         if self._include_usage and script.usage:
-            yield _event(_chunk([], usage=_usage(script.chunks)))
+            yield _event(_chunk([], usage=_usage(script.chunks, script.cached)))
         yield b"data: [DONE]\n\n"
 
     def _document(self) -> bytes:
@@ -138,7 +140,7 @@ class FakeResponse:
             "created": _CREATED,
             "model": "m",
             "choices": [choice],
-            "usage": _usage(self.script.chunks),
+            "usage": _usage(self.script.chunks, self.script.cached),
         }
         return orjson.dumps(document)
 
@@ -232,12 +234,15 @@ def _chunk(choices: list[dict[str, object]], **extra: object) -> dict[str, objec
     }
 
 
-def _usage(completion_tokens: int) -> dict[str, int]:
-    return {
+def _usage(completion_tokens: int, cached: int = 0) -> dict[str, object]:
+    usage: dict[str, object] = {
         "prompt_tokens": 11,
         "completion_tokens": completion_tokens,
         "total_tokens": 11 + completion_tokens,
     }
+    if cached:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return usage
 
 
 def _call_delta(i: int) -> dict[str, object]:

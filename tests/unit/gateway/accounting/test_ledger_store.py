@@ -118,11 +118,11 @@ async def test_report_groups_by_day_and_model_and_filters(migrated: Database) ->
     by_day = (await store.report(UsageQuery(group_by=("day", "model"), key_id="k1"))).rows
     assert by_day == [
         {"model": "a", "requests": 2, "input_tokens": 23, "output_tokens": 3,
-         "cached_tokens": 0, "date": "2027-01-15"},
+         "cached_tokens": 0, "cost_micros": 0, "date": "2027-01-15"},
         {"model": "b", "requests": 1, "input_tokens": 13, "output_tokens": 3,
-         "cached_tokens": 0, "date": "2027-01-15"},
+         "cached_tokens": 0, "cost_micros": 0, "date": "2027-01-15"},
         {"model": "a", "requests": 1, "input_tokens": 14, "output_tokens": 4,
-         "cached_tokens": 0, "date": "2027-01-16"},
+         "cached_tokens": 0, "cost_micros": 0, "date": "2027-01-16"},
     ]  # fmt: skip
     in_range = (
         await store.report(UsageQuery(group_by=("key_id",), start=T0, end=T0 + DAY, tenant_id="t1"))
@@ -203,3 +203,27 @@ async def test_a_report_is_cut_at_its_bound(
     report = await store.report(UsageQuery(("model",)))
     assert len(report.rows) == 3 and report.has_more
     assert not (await store.report(UsageQuery(("day",)))).has_more
+
+
+async def test_cost_is_stored_and_summed_like_tokens(migrated: Database) -> None:
+    """Each row keeps its cost and price version; whole-day and partial-day reports and the
+    CSV export sum the cost column exactly (unpriced rows count as 0 in the sums)."""
+    store = SqlLedgerStore(migrated)
+    rows = [
+        replace(row(i), cost_micros=None if i % 5 == 0 else 1_000_003 * i, price_version="USD-x")
+        for i in range(50)
+    ]
+    await store.write(rows)
+    expected = sum(r.cost_micros or 0 for r in rows)
+    [whole] = (await store.report(UsageQuery(group_by=(), start=T0 - T0 % DAY))).rows
+    [part] = (await store.report(UsageQuery(group_by=(), start=T0))).rows
+    assert whole["cost_micros"] == part["cost_micros"] == expected
+    async with migrated.read() as conn:
+        stored = (
+            await conn.execute(
+                ledger_sql.select(ledger_sql.usage_ledger.c.cost_micros).where(
+                    ledger_sql.usage_ledger.c.request_id == "r7"
+                )
+            )
+        ).scalar_one()
+    assert stored == 7_000_021
