@@ -90,7 +90,9 @@ def test_a_shared_request_id_does_not_widen_the_concurrency_limit(tmp_path: Path
     ):
         url = gateway.base_url + "/chat/completions"
         same = {"x-request-id": "same-id"}
-        with httpx.stream("POST", url, json=chat(stream=True, max_tokens=100), headers=same) as a:
+        with httpx.stream(
+            "POST", url, json=chat(stream=True, max_tokens=100, ignore_eos=True), headers=same
+        ) as a:
             lines = a.iter_lines()
             next(lines)  # running: its slot is taken
             second = httpx.post(url, json=chat(max_tokens=1), headers=same)
@@ -122,7 +124,7 @@ def test_a_reload_that_removes_the_pool_never_fails_a_request_in_flight(tmp_path
         config = limited_config(old.url, tmp_path, limits={})
         with start_gateway(config, tmp_path) as gateway:
             url = gateway.base_url + "/chat/completions"
-            body = chat(stream=True, max_tokens=40)
+            body = chat(stream=True, max_tokens=40, ignore_eos=True)  # the whole cap: 0.8 s
             with httpx.stream("POST", url, json=body, timeout=30) as running:
                 lines = running.iter_lines()
                 next(lines)

@@ -15,7 +15,14 @@ from tests.integration.limits.limitsetup import MODEL, limited_config
 from tests.redisserver import RedisServer, spawn_redis
 from tests.simproc import start_sim
 
-BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 400}
+# ignore_eos (vLLM's): the simulator streams all 400 tokens, so the first stream holds its slot
+# for 8 s, not for its natural 16-token answer.
+BODY = {
+    "model": MODEL,
+    "messages": [{"role": "user", "content": "hi"}],
+    "max_tokens": 400,
+    "ignore_eos": True,
+}
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,14 @@ from tests.gatewayproc import GatewayProcess, start_gateway
 from tests.integration.proxy.conftest import MODEL, gateway_config
 from tests.simproc import SimProcess, start_sim
 
-CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+# vLLM's ignore_eos: the simulator streams the whole cap, so a stream lasts as long as its
+# max_tokens x the pacing says (the natural answer, 16 tokens, would end these streams early).
+CHAT = {
+    "model": MODEL,
+    "messages": [{"role": "user", "content": "hi"}],
+    "stream": True,
+    "ignore_eos": True,
+}
 
 
 def test_chunks_arrive_spaced_as_the_upstream_sends_them(gateway: GatewayProcess) -> None:
