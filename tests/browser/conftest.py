@@ -55,8 +55,8 @@ def console_config(sim_url: str, database: Path) -> dict[str, Any]:
     canary = {"baseline": "stable", "min_requests": 5}
     return {
         "pools": {
-            "sim": {"urls": [sim_url], "health": {"interval": 0.5, "timeout": 0.5}},
-            "sim-canary": {"urls": [sim_url], "health": {"interval": 0.5, "timeout": 0.5}},
+            "sim": {"urls": [sim_url], "health": {"interval": 0.5, "timeout": 5.0}},
+            "sim-canary": {"urls": [sim_url], "health": {"interval": 0.5, "timeout": 5.0}},
         },
         "models": {
             "alpha": {

@@ -23,7 +23,7 @@ SERVER, CLIENT = 2, 3  # OTLP's SpanKind values
 
 def telemetry_config(sim_url: str, **tracing: Any) -> dict[str, Any]:
     return {
-        "pools": {"sim": {"urls": [sim_url], "health": {"interval": 0.5, "timeout": 0.5}}},
+        "pools": {"sim": {"urls": [sim_url], "health": {"interval": 0.5, "timeout": 5.0}}},
         "models": {MODEL: {"pool": "sim"}},
         "tracing": tracing,
     }
