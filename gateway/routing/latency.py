@@ -21,10 +21,8 @@ learns from it::
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-
-from gateway.routing.outcomes import ReplicaOutcome, Subscriber
 
 TTFT_FEATURES = ("prefill_tokens", "tokens_in_flight", "waiting", "kv_tokens")
 TPOT_FEATURES = ("running",)
@@ -295,25 +293,3 @@ class LatencyBook:
             pool: (ttft.error_quantiles(), tpot.error_quantiles())
             for pool, (ttft, tpot) in self._pools.items()
         }
-
-
-def to_latency_book(book: LatencyBook, pd_pools: Callable[[], Collection[str]]) -> Subscriber:
-    """The outcome feed's subscriber that teaches ``book``: TTFT from the tokens the engine had
-    to prefill (prompt less cached) and, for a PD pool (``pd_pools()``, the table current when
-    it settled), the same tokens as KV to move; TPOT with one running request.
-
-    The load features (tokens in flight, waiting, running) are zero here: the feed carries no
-    load snapshot yet (issue 35's load book freezes one per request; until the feed carries it,
-    a model learns an unloaded pool's cost and its error rises with load, which the error
-    quantiles show)."""
-
-    def observe(outcome: ReplicaOutcome) -> None:
-        if outcome.error:
-            return
-        prefill = float(max(0, outcome.prompt_tokens - outcome.cached_tokens))
-        kv = prefill if outcome.pool in pd_pools() else 0.0
-        ttft = None if outcome.ttft is None else outcome.ttft * 1000
-        tpot = None if outcome.tpot is None else outcome.tpot * 1000
-        book.observe(outcome.pool, outcome.replica, (prefill, 0.0, 0.0, kv), ttft, 1, tpot)
-
-    return observe
