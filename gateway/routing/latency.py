@@ -7,11 +7,11 @@ the fit. The fit is redone every ``refit_every`` samples, never on the predictio
 prediction is a dot product (about a microsecond; ``loadtests/bench_latency_model.py``).
 
 TTFT is fitted on (tokens to prefill, prompt tokens in flight, waiting requests, KV tokens to
-move: PD only, zero for a colocated pool); TPOT on (running requests). Until a model holds
-``min_samples`` samples it is not confident and :meth:`predict` gives None: the fixed
-threshold decides, as before. Each observation first scores the current prediction against
-the outcome (the absolute percentage error, kept in a bounded window for p50/p90), then
-learns from it::
+move: PD only, zero for a colocated pool); TPOT on (running requests, prompt tokens in
+flight). Until a model holds ``min_samples`` samples it is not confident and
+:meth:`predict` gives None: the fixed threshold decides, as before. Each observation
+first scores the current prediction against the outcome (the absolute percentage error,
+kept in a bounded window for p50/p90), then learns from it::
 
     ttft = LatencyModel(features=4)
     ttft.observe((600, 1200, 2, 0), 180.0)        # milliseconds
@@ -25,7 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 TTFT_FEATURES = ("prefill_tokens", "tokens_in_flight", "waiting", "kv_tokens")
-TPOT_FEATURES = ("running",)
+TPOT_FEATURES = ("running", "tokens_in_flight")
+"""A colocated engine's decode steps stall on the prefills beside them: the prompt tokens in
+flight on the pool are TPOT's second input (0 where the caller does not know them)."""
 HUBER_K = 1.345  # Huber's constant, in units of the residuals' robust scale (MAD)
 TRIM = 3.0  # beyond this many Huber bounds a sample is a stall or a glitch: it weighs nothing
 IRLS_ROUNDS = 5
@@ -123,6 +125,10 @@ class LatencyModel:
             return None
         ordered = sorted(self._errors)
         return _quantile(ordered, 0.5), _quantile(ordered, 0.9)
+
+    def error_mean(self) -> float | None:
+        """The mean absolute percentage error (MAPE) over the recent window, as a fraction."""
+        return sum(self._errors) / len(self._errors) if self._errors else None
 
     def _record_error(self, ape: float) -> None:
         if len(self._errors) < self.settings.error_window:
@@ -261,9 +267,10 @@ class LatencyBook:
         ttft_ms: float | None,
         running: int,
         tpot_ms: float | None,
+        tokens_in_flight: float = 0.0,
     ) -> None:
-        """One settled exchange (the outcome feed's record). ``None``: not measured (an error
-        before the first token, a one-token answer's TPOT)."""
+        """One settled exchange. ``None``: not measured (an error before the first token, a
+        one-token answer's TPOT)."""
         for table, key in ((self._pools, pool), (self._replicas, (pool, replica))):
             pair = self._pair(table, key)  # type: ignore[arg-type]
             if pair is None:
@@ -271,10 +278,15 @@ class LatencyBook:
             if ttft_ms is not None:
                 pair[0].observe(ttft_x, ttft_ms)
             if tpot_ms is not None:
-                pair[1].observe((running,), tpot_ms)
+                pair[1].observe((running, tokens_in_flight), tpot_ms)
 
     def predict(
-        self, pool: str, replica: str | None, ttft_x: Sequence[float], running: int
+        self,
+        pool: str,
+        replica: str | None,
+        ttft_x: Sequence[float],
+        running: int,
+        tokens_in_flight: float = 0.0,
     ) -> Prediction | None:
         pair = self._replicas.get((pool, replica)) if replica is not None else None
         source = "replica"
@@ -285,7 +297,11 @@ class LatencyBook:
         ttft = pair[0].predict(ttft_x)
         if ttft is None:
             return None
-        return Prediction(ttft, pair[1].predict((running,)), source)
+        return Prediction(ttft, pair[1].predict((running, tokens_in_flight)), source)
+
+    def mean_errors(self) -> dict[str, tuple[float | None, float | None]]:
+        """Per pool: (TTFT, TPOT) mean absolute percentage error, as fractions."""
+        return {pool: (t.error_mean(), p.error_mean()) for pool, (t, p) in self._pools.items()}
 
     def errors(self) -> dict[str, tuple[tuple[float, float] | None, tuple[float, float] | None]]:
         """Per pool: (TTFT p50/p90, TPOT p50/p90) absolute percentage error, as fractions."""

@@ -4,7 +4,8 @@ At the choice, each of a variant's pools is described by what this gateway knows
 (:func:`features`): the tokens it would prefill (the prompt, less the prefix it probably holds),
 the prompt tokens in flight on it, the requests sent to it whose first token has not come back
 (its queue ahead of this request's first token), the KV tokens to move (PD only: the prefilled
-ones), and for TPOT the requests running on it. That snapshot is frozen into the route
+ones), and for TPOT the requests running on it and the prompt tokens in flight (the prefills
+a colocated engine's decode steps stall on). That snapshot is frozen into the route
 (:class:`PredictedRoute`) so the outcome teaches each model with the load the request met, not
 the load when it ended (:func:`learn`, from ``Routing.observe``).
 
@@ -122,7 +123,7 @@ def predict_route(
     roles = {}
     for role, pool in by_role.items():
         x, running = features(pool, prefill.get(pool.name, 0), role is Role.PD)
-        prediction = book.predict(pool.name, None, x, running)
+        prediction = book.predict(pool.name, None, x, running, x[1])
         pools[pool.name] = PoolFeatures(x, running, prediction)
         candidates.append(Candidate(pool.name, prediction))
         roles[pool.name] = role
@@ -153,7 +154,8 @@ def learn(book: LatencyBook, route: PredictedRoute, outcome: Outcome) -> None:
         return
     ttft = None if found.ttft is None else found.ttft * 1000
     tpot = None if found.tpot is None else found.tpot * 1000
-    book.observe(found.pool, found.replica, snapshot.ttft_x, ttft, snapshot.running, tpot)
+    x = snapshot.ttft_x
+    book.observe(found.pool, found.replica, x, ttft, snapshot.running, tpot, x[1])
 
 
 class PredictionErrors(Collector):
@@ -165,10 +167,16 @@ class PredictionErrors(Collector):
         self.book: LatencyBook | None = None
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        """The quantiles, then the means (``..._error_mean{pool, quantity}``)."""
         family = GaugeMetricFamily(
             "gateway_latency_prediction_error",
             "Absolute percentage error (fraction) of each pool's latency model, p50 and p90",
             labels=["pool", "quantity", "quantile"],
+        )
+        mean = GaugeMetricFamily(
+            "gateway_latency_prediction_error_mean",
+            "Mean absolute percentage error (MAPE, fraction) of each pool's latency model",
+            labels=["pool", "quantity"],
         )
         book = self.book
         if book is not None:
@@ -177,4 +185,9 @@ class PredictionErrors(Collector):
                     if errors is not None:
                         family.add_metric([pool, quantity, "0.5"], errors[0])
                         family.add_metric([pool, quantity, "0.9"], errors[1])
+            for pool, means in sorted(book.mean_errors().items()):
+                for quantity, value in zip(("ttft", "tpot"), means, strict=True):
+                    if value is not None:
+                        mean.add_metric([pool, quantity], value)
         yield family
+        yield mean

@@ -98,13 +98,15 @@ def test_learn_uses_the_frozen_features_of_the_pool_that_served() -> None:
 
 def test_the_error_collector_reads_the_book_at_scrape() -> None:
     collector = PredictionErrors()
-    assert [m.samples for m in collector.collect()] == [[]]
+    assert [m.samples for m in collector.collect()] == [[], []]
     book = LatencyBook()
     confident(book, "pd", 100.0, 0.0)
     book.observe("pd", "r", (10.0, 0.0, 0.0, 0.0), 125.0, 1, 12.5)
     collector.book = book
-    (family,) = collector.collect()
+    family, mean = collector.collect()
     found = {(s.labels["quantity"], s.labels["quantile"]): s.value for s in family.samples}
     assert found[("ttft", "0.9")] == pytest.approx(0.2, abs=0.01)
     assert found[("tpot", "0.9")] == pytest.approx(0.2, abs=0.01)
     assert found[("tpot", "0.5")] == pytest.approx(0.0, abs=0.01)  # the earlier four exact
+    means = {s.labels["quantity"]: s.value for s in mean.samples}
+    assert means["ttft"] == pytest.approx(0.2 / 5, abs=0.01)  # one 20% miss in five scored
