@@ -3,7 +3,9 @@
 A :class:`LatencyModel` is a linear model ``y = w . (1, x1, ..., xk)`` fitted on a bounded
 window of recent samples (``window``, a ring: fixed memory) by Huber-weighted least squares
 (iteratively reweighted, a few rounds), so one stalled request or a cold start does not drag
-the fit. The fit is redone every ``refit_every`` samples, never on the prediction path: a
+the fit. The fit is redone every ``refit_every`` samples and at most once every
+``refit_seconds`` (a fit is a few milliseconds of Python: at thousands of requests a second,
+once a second is what keeps it off the request's budget), never on the prediction path: a
 prediction is a dot product (about a microsecond; ``loadtests/bench_latency_model.py``).
 
 TTFT is fitted on (tokens to prefill, prompt tokens in flight, waiting requests, KV tokens to
@@ -38,6 +40,7 @@ class ModelSettings:
     window: int = 128
     min_samples: int = 16
     refit_every: int = 32
+    refit_seconds: float = 1.0
     error_window: int = 256
 
     def __post_init__(self) -> None:
@@ -53,6 +56,7 @@ class LatencyModel:
     __slots__ = (
         "_error_next",
         "_errors",
+        "_fitted_at",
         "_next",
         "_since_fit",
         "_xs",
@@ -71,6 +75,7 @@ class LatencyModel:
         self._ys: list[float] = []
         self._next = 0
         self._since_fit = 0
+        self._fitted_at = -math.inf
         self._errors: list[float] = []
         self._error_next = 0
         self.weights: tuple[float, ...] | None = None
@@ -93,9 +98,10 @@ class LatencyModel:
             y += w[i + 1] * x[i]
         return y if y > 0.0 else 0.0
 
-    def observe(self, x: Sequence[float], y: float) -> None:
+    def observe(self, x: Sequence[float], y: float, now: float | None = None) -> None:
         """Learn one settled outcome. Non-finite or negative values are dropped (a clock step,
-        a broken feed), never learned."""
+        a broken feed), never learned. ``now``: the clock's reading (seconds), which spaces the
+        refits by ``refit_seconds``; None: by sample count alone."""
         if len(x) != self.features or not math.isfinite(y) or y < 0.0:
             return
         row = tuple(float(v) for v in x)
@@ -114,10 +120,15 @@ class LatencyModel:
         self._next = (self._next + 1) % s.window
         self._since_fit += 1
         if len(self._ys) >= s.min_samples and (
-            self.weights is None or self._since_fit >= s.refit_every
+            self.weights is None
+            or (
+                self._since_fit >= s.refit_every
+                and (now is None or now - self._fitted_at >= s.refit_seconds)
+            )
         ):
             self.weights = _robust_fit(self._xs, self._ys, self.features)
             self._since_fit = 0
+            self._fitted_at = -math.inf if now is None else now
 
     def error_quantiles(self) -> tuple[float, float] | None:
         """(p50, p90) of the absolute percentage error over the recent window, as fractions."""
@@ -268,17 +279,18 @@ class LatencyBook:
         running: int,
         tpot_ms: float | None,
         tokens_in_flight: float = 0.0,
+        now: float | None = None,
     ) -> None:
         """One settled exchange. ``None``: not measured (an error before the first token, a
-        one-token answer's TPOT)."""
+        one-token answer's TPOT). ``now``: when it settled (spaces the refits)."""
         for table, key in ((self._pools, pool), (self._replicas, (pool, replica))):
             pair = self._pair(table, key)  # type: ignore[arg-type]
             if pair is None:
                 continue
             if ttft_ms is not None:
-                pair[0].observe(ttft_x, ttft_ms)
+                pair[0].observe(ttft_x, ttft_ms, now)
             if tpot_ms is not None:
-                pair[1].observe((running, tokens_in_flight), tpot_ms)
+                pair[1].observe((running, tokens_in_flight), tpot_ms, now)
 
     def predict(
         self,

@@ -155,7 +155,7 @@ def learn(book: LatencyBook, route: PredictedRoute, outcome: Outcome) -> None:
     ttft = None if found.ttft is None else found.ttft * 1000
     tpot = None if found.tpot is None else found.tpot * 1000
     x = snapshot.ttft_x
-    book.observe(found.pool, found.replica, x, ttft, snapshot.running, tpot, x[1])
+    book.observe(found.pool, found.replica, x, ttft, snapshot.running, tpot, x[1], outcome.finished)
 
 
 class PredictionErrors(Collector):
