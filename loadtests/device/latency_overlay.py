@@ -8,6 +8,7 @@ route as before), and ``<model>-predicted`` is added: the routed model's copy wi
 The objective is pd-sweep.sh's SLO for goodput (TTFT <= 1000 ms, TPOT <= 50 ms) as the standard
 band's default, so the decision and the goodput count judge by the same numbers. The targets
 share the pools, so whatever one target's requests teach a pool's model, the next one reads.
+``/metrics`` is made public (a throwaway machine's gateway) so the sweep can read the errors.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def overlay(config: dict) -> dict:  # type: ignore[type-arg]
         predicted.setdefault("upstream_model", name)
         models[f"{name}-predicted"] = predicted
     config["slo"] = {"bands": {"standard": dict(SLO)}}
+    # pd-sweep reads the prediction-error metrics with curl, which has no admin key.
+    config.setdefault("auth", {})["public_metrics"] = True
     return config
 
 
