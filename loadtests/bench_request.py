@@ -207,7 +207,10 @@ def run_tree(
     path = folder / "gateway.yaml"
     path.write_text(yaml.safe_dump(config))
     source = tree or ROOT
-    env = {**os.environ, "PYTHONPATH": f"{source}{os.pathsep}{HERE}"}
+    # The caller's own path after the tree's (a machine whose packages are on PYTHONPATH).
+    inherited = os.environ.get("PYTHONPATH")
+    search = os.pathsep.join(p for p in (str(source), str(HERE), inherited) if p)
+    env = {**os.environ, "PYTHONPATH": search}
     key = bootstrap_key(path, env, tree) if full else "none"
     out = subprocess.run(
         [
