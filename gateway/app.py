@@ -41,10 +41,8 @@ from gateway.middleware import RefusalLog, RequestIdMiddleware
 from gateway.proxy.endpoint import ProxyEndpoint
 from gateway.proxy.pipeline import Pipeline
 from gateway.response_store.api import responses_routes
-from gateway.routing.latency import to_latency_book
 from gateway.routing.outcomes import to_pool_books
 from gateway.runtime.reload import ConfigReloader, reload_on_sighup
-from gateway.runtime.roles import pd_pools
 from gateway.runtime.state import GatewayState, UpstreamFactory
 from gateway.server.overload import InFlightLimit
 from gateway.server.refusals import REFUSALS_KEY, RefusalRecorder
@@ -73,8 +71,6 @@ def create_app(
     # The outcome feed's consumers (beside the ledger, metrics and canary the recorder feeds):
     # each pool's book of what its replicas delivered, which the scorers read.
     state.outcomes.subscribe(to_pool_books(lambda: state.table.pools))
-    # The latency models (issue 38) learn from the same feed; PD pools' KV is a feature.
-    state.outcomes.subscribe(to_latency_book(state.latency, lambda: pd_pools(state.table.config)))
     access_log = AccessLog(sys.stderr.fileno()) if config.server.access_log else None
     reloader = None if config_path is None else ConfigReloader(state, config_path)
 

@@ -25,6 +25,7 @@ from gateway.auth.config import AuthConfig
 from gateway.database.config import StorageConfig
 from gateway.extras import MissingExtra, require
 from gateway.flow.config import FlowConfig
+from gateway.flow.slo import SloConfig
 from gateway.limits.config import LimitsConfig
 from gateway.response_store.config import ResponsesConfig
 from gateway.routing.config import ModelConfig, PoolConfig, RetryConfig, model_pool_errors
@@ -134,6 +135,8 @@ class GatewayConfig(StrictModel):
     """Stored Responses API answers: retention and bounds (gateway/response_store/config.py)."""
     flow: FlowConfig = FlowConfig()
     """Flow control: the queue for requests no pool has room for (gateway/flow/config.py)."""
+    slo: SloConfig = SloConfig()
+    """Latency objectives per band and tenant, bounds for ``x-slo-*`` (gateway/flow/slo.py)."""
 
     @model_validator(mode="after")
     def _limits_exact_across_workers(self) -> GatewayConfig:

@@ -159,6 +159,9 @@ def outcome_fields(outcome: Outcome) -> dict[str, object]:
         "client_disconnected": outcome.ending == "client_gone" or None,
         "variant": route.variant,
         "routing_reason": route.reason,
+        "predicted_ttft_ms": (
+            None if route.predicted_ttft_ms is None else round(route.predicted_ttft_ms, 1)
+        ),
         "prompt_tokens": outcome.prompt_tokens,
         "input_tokens": usage.input_tokens,
         "output_tokens": usage.output_tokens,
@@ -172,7 +175,7 @@ def outcome_fields(outcome: Outcome) -> dict[str, object]:
 _NO_OUTCOME: dict[str, object] = dict.fromkeys(
     (
         "model", "pool", "replica", "stream", "ttfb_ms", "error_code", "ending",
-        "client_disconnected", "variant", "routing_reason", "prompt_tokens", "input_tokens",
-        "output_tokens", "usage_source", "trace_id", "queue_ms", "priority_band",
+        "client_disconnected", "variant", "routing_reason", "predicted_ttft_ms", "prompt_tokens",
+        "input_tokens", "output_tokens", "usage_source", "trace_id", "queue_ms", "priority_band",
     )
 )  # fmt: skip

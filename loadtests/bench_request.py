@@ -17,6 +17,13 @@ The upstream answers what the fast simulator answers (``fast_sim.answers``: a JS
 a 36-event stream with its usage chunk, vLLM's format); a stream reaches the gateway one event a
 chunk, as an engine's paced stream does. The configs are ``bench_overhead.gateway_config``'s:
 *bare* is the proxy alone, *full* adds keys, rate limits and the usage ledger.
+
+``--pd-split`` routes the model over two pools (PD and colocated, both this upstream; the
+threshold decides, every prompt here is short); ``--latency LABEL=MODE`` sets that tree's
+``routing.latency.mode`` (issue 38: ``decide`` predicts every request's pools, learns every
+outcome; a tree older than the setting refuses it, so name only trees that have it)::
+
+    .venv/bin/python loadtests/bench_request.py --pd-split --latency now=decide --tree main=DIR
 """
 
 from __future__ import annotations
@@ -163,17 +170,47 @@ async def measure(config_path: Path, api_key: str, requests: int) -> dict[str, f
     return results
 
 
-def run_tree(label: str, tree: Path | None, full: bool, requests: int, workdir: Path) -> Any:
+def split(config: dict[str, Any], latency: str | None) -> dict[str, Any]:
+    """The model over a PD pool and a colocated one (the same upstream); ``latency``: the
+    predicted decision's mode, with the standard band's objective."""
+    from fast_sim import MODEL
+
+    pool = config["pools"]["sim"]
+    config["pools"] = {"pd": dict(pool), "colocated": dict(pool)}
+    routed: dict[str, Any] = {
+        "variants": {"stable": {"weight": 1, "pools": {"pd": "pd", "colocated": "colocated"}}}
+    }
+    if latency is not None:
+        routed["routing"] = {"latency": {"mode": latency}}
+        config["slo"] = {"bands": {"standard": {"ttft_ms": 1000, "tpot_ms": 50}}}
+    config["models"] = {MODEL: routed}
+    return config
+
+
+def run_tree(
+    label: str,
+    tree: Path | None,
+    full: bool,
+    requests: int,
+    workdir: Path,
+    pd_split: bool = False,
+    latency: str | None = None,
+) -> Any:
     """One measurement in a fresh process running ``tree``'s gateway (this tree's when None)."""
     import yaml
     from bench_overhead import bootstrap_key, gateway_config
 
     folder = Path(tempfile.mkdtemp(dir=workdir))
     config = gateway_config(8080, "http://127.0.0.1:9", folder, full)
+    if pd_split:
+        config = split(config, latency)
     path = folder / "gateway.yaml"
     path.write_text(yaml.safe_dump(config))
     source = tree or ROOT
-    env = {**os.environ, "PYTHONPATH": f"{source}{os.pathsep}{HERE}"}
+    # The caller's own path after the tree's (a machine whose packages are on PYTHONPATH).
+    inherited = os.environ.get("PYTHONPATH")
+    search = os.pathsep.join(p for p in (str(source), str(HERE), inherited) if p)
+    env = {**os.environ, "PYTHONPATH": search}
     key = bootstrap_key(path, env, tree) if full else "none"
     out = subprocess.run(
         [
@@ -202,7 +239,10 @@ def main() -> None:
     parser.add_argument("--tree", action="append", default=[], metavar="LABEL=PATH")
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # the child's part
     parser.add_argument("--key", default="none", help=argparse.SUPPRESS)
+    parser.add_argument("--pd-split", action="store_true", help="two pools, PD and colocated")
+    parser.add_argument("--latency", action="append", default=[], metavar="LABEL=MODE")
     args = parser.parse_args()
+    latency = dict(item.split("=", 1) for item in args.latency)
     if args.measure:
         os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # the access log and the server's logs
         import uvloop
@@ -218,12 +258,21 @@ def main() -> None:
         for _ in range(args.rounds):
             for label, tree in trees:
                 for variant, full in (("bare", False), ("full", True)):
-                    figures = run_tree(label, tree, full, args.requests, Path(tmp))
+                    figures = run_tree(
+                        label,
+                        tree,
+                        full,
+                        args.requests,
+                        Path(tmp),
+                        args.pd_split,
+                        latency.get(label),
+                    )
                     for mode, us in figures.items():
                         samples.setdefault((label, variant, mode), []).append(us)
     print(
         f"CPU us per request, in-process, {args.requests} requests a sample, "
-        f"{args.rounds} rounds (best / median)\n"
+        f"{args.rounds} rounds (best / median); pd split: {args.pd_split}, latency: "
+        f"{latency or 'off'}\n"
     )
     print("| tree | " + " | ".join(f"{v} {m}" for v in ("bare", "full") for m in STREAMS) + " |")
     print("|---" * 5 + "|")

@@ -12,7 +12,7 @@
 # `up` starts the stack and the gateway in sessions of their own, so they outlive the command
 # (one device call starts them, the next measures). Environment: PYTHON (python3),
 # PD_GPU_CONFIG (examples/serving/local-gpu.yaml), PD_GPU_STATE (/tmp/pd-gpu), PD_GATEWAY_PORT
-# (8080), PD_GPU_UP_TIMEOUT (540 s). PD_GPU_DRY_RUN=1 runs no step: each command goes through
+# (8080), PD_GPU_UP_TIMEOUT (540 s), PD_GATEWAY_EDIT (a script run on the gateway config first). PD_GPU_DRY_RUN=1 runs no step: each command goes through
 # scripts/argcheck.py (its own parser, its real arguments), so a renamed flag fails a unit test.
 # Any step that fails stops the script with a non-zero status and the end of the log at fault.
 set -uo pipefail
@@ -44,6 +44,10 @@ state_field() {  # a field of local up's state.json
 }
 
 start_gateway() {
+  # PD_GATEWAY_EDIT: a script that edits the gateway config first (loadtests/device/latency_overlay.py).
+  if [ -n "${PD_GATEWAY_EDIT:-}" ] && [ -z "$dry" ]; then
+    "$py" "$PD_GATEWAY_EDIT" "$gw_yaml" | tee -a "$out/summary.txt" || fail "gateway config edit"
+  fi
   run_py -m gateway tenants create --config "$gw_yaml" local --name "GPU run" --if-missing \
     >/dev/null || fail "gateway tenants create"
   key=$(run_py -m gateway keys create --config "$gw_yaml" --tenant local --name gpu \

@@ -18,8 +18,12 @@ from dataclasses import dataclass
 from pydantic import Field
 
 from configkit import StrictModel
+from gateway.asgi import Headers, find_header
 from gateway.auth.models import Principal
 from gateway.errors import InvalidParameter
+from gateway.flow.bands import PRIORITY_HEADER, band_of
+from gateway.flow.config import FlowConfig
+from gateway.routing.predicted import Objective
 
 TTFT_HEADER = b"x-slo-ttft-ms"
 TPOT_HEADER = b"x-slo-tpot-ms"
@@ -65,6 +69,20 @@ def slo_of(
         _one(TTFT_HEADER, ttft_header, allowed.ttft_ms),
         _one(TPOT_HEADER, tpot_header, allowed.tpot_ms),
     )
+
+
+def objective_of(
+    slo: SloConfig, flow: FlowConfig, principal: Principal | None, headers: Headers
+) -> Objective:
+    """The request's objective for the latency-predicted decision: its band (flow control's
+    rule, whether or not the queue is on), the SLO that band, tenant, key and headers give,
+    and whether the band is sheddable (refused early rather than answered late)."""
+    band = band_of(flow, principal, find_header(headers, PRIORITY_HEADER))
+    found = slo_of(
+        slo, principal, band, find_header(headers, TTFT_HEADER), find_header(headers, TPOT_HEADER)
+    )
+    sheddable = any(b.name == band and b.sheddable for b in flow.bands)
+    return Objective(found.ttft_ms, found.tpot_ms, sheddable)
 
 
 def _allowed(config: SloConfig, principal: Principal | None, band: str | None) -> Slo:

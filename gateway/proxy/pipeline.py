@@ -36,6 +36,7 @@ from gateway.auth.models import Principal
 from gateway.config import GatewayConfig
 from gateway.errors import BodyTooLarge, GatewayError
 from gateway.flow.gate import FlowGate, Waited
+from gateway.flow.slo import objective_of
 from gateway.metrics import GatewayMetrics
 from gateway.proxy.disconnect import DisconnectWatch
 from gateway.proxy.incoming import Incoming
@@ -48,6 +49,7 @@ from gateway.responses_translation.translator import translator_for
 from gateway.routing.attempts import Attempt
 from gateway.routing.outcomes import OutcomeFeed
 from gateway.routing.pools import Pool, Replica
+from gateway.routing.predicted import Objective
 from gateway.routing.router import RoutePlan
 from gateway.routing.service import Caller
 from gateway.runtime.table import ModelRoute, RoutingTable
@@ -178,6 +180,7 @@ class Pipeline:
                     incoming.headers,
                     _caller(incoming),
                     exchange.admitted.prompt,
+                    objective=lambda: _objective(exchange.table.config, incoming),
                 )
                 if gate is not None and waited is not None:  # holds its reservation meanwhile
                     await gate.wait(waited, plan, exchange.request, exchange.admitted.prompt)
@@ -276,6 +279,10 @@ async def _body(incoming: Incoming, limit: int) -> bytes:
             raise BodyTooLarge(f"The request body is larger than the limit of {limit} bytes.")
         return body
     return await body(limit)
+
+
+def _objective(config: GatewayConfig, incoming: Incoming) -> Objective:
+    return objective_of(config.slo, config.flow, incoming.principal, incoming.headers)
 
 
 def _caller(incoming: Incoming) -> Caller:

@@ -107,7 +107,10 @@ class Attempts:
             )
         self._starting = starting
         self._held = (pool, replica)
-        self.route = RouteFacts(variant, pool.name, replica.label, why)  # credentials redacted
+        predicted = None
+        if plan is not None and plan.predicted is not None:
+            predicted = plan.predicted.ttft_ms(pool.name)
+        self.route = RouteFacts(variant, pool.name, replica.label, why, predicted)
         return replica
 
     def failed(self, err: BaseException) -> str | None:

@@ -73,6 +73,16 @@ class PrefixPolicy(_Strict):
     """Blocks hashed per prompt at most (32k characters at 64); the rest counts as uncached."""
 
 
+class LatencyPolicy(_Strict):
+    """The latency-predicted P/D decision (issue 38; gateway/routing/predicted.py)."""
+
+    mode: Literal["off", "shadow", "decide"] = "off"
+    """``off``: the fixed threshold alone, nothing learned (as before). ``shadow``: each pool's
+    model learns and predicts (span, access log, ``x-gateway-predicted-ttft-ms``, the error
+    metric) while the threshold still decides. ``decide``: once every pool's model is
+    confident, the pool predicted to meet the request's SLO with most headroom."""
+
+
 class ScorerWeights(_Strict):
     """How a replica is chosen within a pool: the weighted sum of named scorers, each 0 to 1
     (gateway/routing/scorers.py, where a new one is registered). A weight of 0 turns a scorer
@@ -132,6 +142,7 @@ class RoutingPolicy(_Strict):
     """Optional: requests asking for at least this many output tokens go to PD too."""
     colocated_max_prompt_tokens: int | None = Field(None, ge=1)
     """Optional: longer prompts never fail over to colocated (its context is too short)."""
+    latency: LatencyPolicy = LatencyPolicy()
     force_headers: Literal["trusted", "always", "never"] = "trusted"
     """Who may steer with ``x-gateway-variant`` and ``x-gateway-pool-hint``: trusted keys (admin
     or flagged), everyone (development only), or no one."""

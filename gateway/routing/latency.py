@@ -3,15 +3,17 @@
 A :class:`LatencyModel` is a linear model ``y = w . (1, x1, ..., xk)`` fitted on a bounded
 window of recent samples (``window``, a ring: fixed memory) by Huber-weighted least squares
 (iteratively reweighted, a few rounds), so one stalled request or a cold start does not drag
-the fit. The fit is redone every ``refit_every`` samples, never on the prediction path: a
+the fit. The fit is redone every ``refit_every`` samples and at most once every
+``refit_seconds`` (a fit is a few milliseconds of Python: at thousands of requests a second,
+once a second is what keeps it off the request's budget), never on the prediction path: a
 prediction is a dot product (about a microsecond; ``loadtests/bench_latency_model.py``).
 
 TTFT is fitted on (tokens to prefill, prompt tokens in flight, waiting requests, KV tokens to
-move: PD only, zero for a colocated pool); TPOT on (running requests). Until a model holds
-``min_samples`` samples it is not confident and :meth:`predict` gives None: the fixed
-threshold decides, as before. Each observation first scores the current prediction against
-the outcome (the absolute percentage error, kept in a bounded window for p50/p90), then
-learns from it::
+move: PD only, zero for a colocated pool); TPOT on (running requests, prompt tokens in
+flight). Until a model holds ``min_samples`` samples it is not confident and
+:meth:`predict` gives None: the fixed threshold decides, as before. Each observation
+first scores the current prediction against the outcome (the absolute percentage error,
+kept in a bounded window for p50/p90), then learns from it::
 
     ttft = LatencyModel(features=4)
     ttft.observe((600, 1200, 2, 0), 180.0)        # milliseconds
@@ -21,13 +23,13 @@ learns from it::
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gateway.routing.outcomes import ReplicaOutcome, Subscriber
-
 TTFT_FEATURES = ("prefill_tokens", "tokens_in_flight", "waiting", "kv_tokens")
-TPOT_FEATURES = ("running",)
+TPOT_FEATURES = ("running", "tokens_in_flight")
+"""A colocated engine's decode steps stall on the prefills beside them: the prompt tokens in
+flight on the pool are TPOT's second input (0 where the caller does not know them)."""
 HUBER_K = 1.345  # Huber's constant, in units of the residuals' robust scale (MAD)
 TRIM = 3.0  # beyond this many Huber bounds a sample is a stall or a glitch: it weighs nothing
 IRLS_ROUNDS = 5
@@ -38,6 +40,7 @@ class ModelSettings:
     window: int = 128
     min_samples: int = 16
     refit_every: int = 32
+    refit_seconds: float = 1.0
     error_window: int = 256
 
     def __post_init__(self) -> None:
@@ -53,6 +56,7 @@ class LatencyModel:
     __slots__ = (
         "_error_next",
         "_errors",
+        "_fitted_at",
         "_next",
         "_since_fit",
         "_xs",
@@ -71,6 +75,7 @@ class LatencyModel:
         self._ys: list[float] = []
         self._next = 0
         self._since_fit = 0
+        self._fitted_at = -math.inf
         self._errors: list[float] = []
         self._error_next = 0
         self.weights: tuple[float, ...] | None = None
@@ -93,9 +98,10 @@ class LatencyModel:
             y += w[i + 1] * x[i]
         return y if y > 0.0 else 0.0
 
-    def observe(self, x: Sequence[float], y: float) -> None:
+    def observe(self, x: Sequence[float], y: float, now: float | None = None) -> None:
         """Learn one settled outcome. Non-finite or negative values are dropped (a clock step,
-        a broken feed), never learned."""
+        a broken feed), never learned. ``now``: the clock's reading (seconds), which spaces the
+        refits by ``refit_seconds``; None: by sample count alone."""
         if len(x) != self.features or not math.isfinite(y) or y < 0.0:
             return
         row = tuple(float(v) for v in x)
@@ -114,10 +120,15 @@ class LatencyModel:
         self._next = (self._next + 1) % s.window
         self._since_fit += 1
         if len(self._ys) >= s.min_samples and (
-            self.weights is None or self._since_fit >= s.refit_every
+            self.weights is None
+            or (
+                self._since_fit >= s.refit_every
+                and (now is None or now - self._fitted_at >= s.refit_seconds)
+            )
         ):
             self.weights = _robust_fit(self._xs, self._ys, self.features)
             self._since_fit = 0
+            self._fitted_at = -math.inf if now is None else now
 
     def error_quantiles(self) -> tuple[float, float] | None:
         """(p50, p90) of the absolute percentage error over the recent window, as fractions."""
@@ -125,6 +136,10 @@ class LatencyModel:
             return None
         ordered = sorted(self._errors)
         return _quantile(ordered, 0.5), _quantile(ordered, 0.9)
+
+    def error_mean(self) -> float | None:
+        """The mean absolute percentage error (MAPE) over the recent window, as a fraction."""
+        return sum(self._errors) / len(self._errors) if self._errors else None
 
     def _record_error(self, ape: float) -> None:
         if len(self._errors) < self.settings.error_window:
@@ -263,20 +278,27 @@ class LatencyBook:
         ttft_ms: float | None,
         running: int,
         tpot_ms: float | None,
+        tokens_in_flight: float = 0.0,
+        now: float | None = None,
     ) -> None:
-        """One settled exchange (the outcome feed's record). ``None``: not measured (an error
-        before the first token, a one-token answer's TPOT)."""
+        """One settled exchange. ``None``: not measured (an error before the first token, a
+        one-token answer's TPOT). ``now``: when it settled (spaces the refits)."""
         for table, key in ((self._pools, pool), (self._replicas, (pool, replica))):
             pair = self._pair(table, key)  # type: ignore[arg-type]
             if pair is None:
                 continue
             if ttft_ms is not None:
-                pair[0].observe(ttft_x, ttft_ms)
+                pair[0].observe(ttft_x, ttft_ms, now)
             if tpot_ms is not None:
-                pair[1].observe((running,), tpot_ms)
+                pair[1].observe((running, tokens_in_flight), tpot_ms, now)
 
     def predict(
-        self, pool: str, replica: str | None, ttft_x: Sequence[float], running: int
+        self,
+        pool: str,
+        replica: str | None,
+        ttft_x: Sequence[float],
+        running: int,
+        tokens_in_flight: float = 0.0,
     ) -> Prediction | None:
         pair = self._replicas.get((pool, replica)) if replica is not None else None
         source = "replica"
@@ -287,7 +309,11 @@ class LatencyBook:
         ttft = pair[0].predict(ttft_x)
         if ttft is None:
             return None
-        return Prediction(ttft, pair[1].predict((running,)), source)
+        return Prediction(ttft, pair[1].predict((running, tokens_in_flight)), source)
+
+    def mean_errors(self) -> dict[str, tuple[float | None, float | None]]:
+        """Per pool: (TTFT, TPOT) mean absolute percentage error, as fractions."""
+        return {pool: (t.error_mean(), p.error_mean()) for pool, (t, p) in self._pools.items()}
 
     def errors(self) -> dict[str, tuple[tuple[float, float] | None, tuple[float, float] | None]]:
         """Per pool: (TTFT p50/p90, TPOT p50/p90) absolute percentage error, as fractions."""
@@ -295,25 +321,3 @@ class LatencyBook:
             pool: (ttft.error_quantiles(), tpot.error_quantiles())
             for pool, (ttft, tpot) in self._pools.items()
         }
-
-
-def to_latency_book(book: LatencyBook, pd_pools: Callable[[], Collection[str]]) -> Subscriber:
-    """The outcome feed's subscriber that teaches ``book``: TTFT from the tokens the engine had
-    to prefill (prompt less cached) and, for a PD pool (``pd_pools()``, the table current when
-    it settled), the same tokens as KV to move; TPOT with one running request.
-
-    The load features (tokens in flight, waiting, running) are zero here: the feed carries no
-    load snapshot yet (issue 35's load book freezes one per request; until the feed carries it,
-    a model learns an unloaded pool's cost and its error rises with load, which the error
-    quantiles show)."""
-
-    def observe(outcome: ReplicaOutcome) -> None:
-        if outcome.error:
-            return
-        prefill = float(max(0, outcome.prompt_tokens - outcome.cached_tokens))
-        kv = prefill if outcome.pool in pd_pools() else 0.0
-        ttft = None if outcome.ttft is None else outcome.ttft * 1000
-        tpot = None if outcome.tpot is None else outcome.tpot * 1000
-        book.observe(outcome.pool, outcome.replica, (prefill, 0.0, 0.0, kv), ttft, 1, tpot)
-
-    return observe

@@ -8,6 +8,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gateway.metrics import LATENCY_BUCKETS, Children, GatewayMetrics
+from gateway.routing.predicted import PredictionErrors
 
 _TOKENS_PER_SECOND_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)
 
@@ -26,6 +27,9 @@ class RoutingMetrics:
         self.reloads = Counter(
             "gateway_config_reloads", "Configuration reloads by result", ["result"], registry=r
         )
+        self.prediction_errors = PredictionErrors()
+        """The latency models' error per pool; the routing's book is attached when built."""
+        r.register(self.prediction_errors)
 
     def _decisions(self, r: CollectorRegistry) -> None:
         self.decisions = Counter(

@@ -38,6 +38,7 @@ from gateway.routing.config import (
 from gateway.routing.order import RouteInput, pool_order
 from gateway.routing.policy import ReplicaScores
 from gateway.routing.pools import Pool
+from gateway.routing.predicted import PredictedRoute
 from gateway.routing.prefix import NO_BLOCKS, NO_MATCH, PrefixMatch, PromptBlocks, matched
 from gateway.values import value
 
@@ -116,6 +117,9 @@ class RoutePlan:
     matches: Mapping[str, PrefixMatch] = field(default_factory=dict, hash=False, compare=False)
     """Per pool name: what it probably holds of the prompt."""
     scorers: ScorerWeights = field(default_factory=ScorerWeights)
+    predicted: PredictedRoute | None = field(default=None, hash=False, compare=False)
+    """The pools' load and predictions at the choice (``routing.latency`` on), which the
+    outcome teaches; None: off, or a canary's fallback plan."""
 
     @property
     def preferred(self) -> Pool:
@@ -125,6 +129,11 @@ class RoutePlan:
         """What the replica scorers read for ``pool``."""
         found = self.matches.get(pool.name, NO_MATCH)
         return ReplicaScores(self.scorers, found.replica_blocks, len(found.blocks.hashes))
+
+
+Predict = Callable[[Mapping[Role, Pool], Mapping[str, int]], PredictedRoute]
+"""``predict(pools by role, tokens each would prefill)``: the latency-predicted decision
+(gateway/routing/predicted.py); may raise a 429 ``shed``."""
 
 
 class ModelRouter:
@@ -239,12 +248,16 @@ class ModelRouter:
         failover: bool = True,
         via: str | None = None,
         blocks: PromptBlocks = NO_BLOCKS,
+        predict: Predict | None = None,
     ) -> RoutePlan:
         """The variant's pools in order; a canary's plan (unless ``failover`` is off, as for a
         forced variant) falls back to the baseline's. ``via`` names why this variant serves.
-        ``blocks``: the prompt's block names, matched against each pool's prefix index."""
+        ``blocks``: the prompt's block names, matched against each pool's prefix index.
+        ``predict``: the latency-predicted decision, for the variant's own order."""
         prefix = self.policy.prefix.enabled and bool(blocks.hashes)
-        order = self._plan_order(variant, prompt_tokens, max_tokens, hint, via, blocks, prefix)
+        order = self._plan_order(
+            variant, prompt_tokens, max_tokens, hint, via, blocks, prefix, predict
+        )
         fallback = None
         if failover and self.canary is not None and variant.name != self._baseline:
             fallback = self._plan_order(
@@ -259,6 +272,7 @@ class ModelRouter:
             blocks if prefix else NO_BLOCKS,
             order.matches,
             self.policy.scorers,
+            order.predicted,
         )
 
     def _plan_order(
@@ -270,6 +284,7 @@ class ModelRouter:
         via: str | None,
         blocks: PromptBlocks,
         prefix: bool,
+        predict: Predict | None = None,
     ) -> RoutePlan:
         matches = (
             {pool.name: matched(pool.prefix, blocks) for pool in variant.by_role.values()}
@@ -280,7 +295,19 @@ class ModelRouter:
         uncached = prompt_tokens
         if colocated is not None and colocated.name in matches:
             uncached = matches[colocated.name].uncached_tokens(prompt_tokens)
-        request = RouteInput(prompt_tokens, uncached, max_tokens, hint)
+        predicted = None
+        if predict is not None:
+            prefill = {
+                pool.name: matches[pool.name].uncached_tokens(prompt_tokens)
+                if pool.name in matches
+                else prompt_tokens
+                for pool in variant.by_role.values()
+            }
+            predicted = predict(variant.by_role, prefill)
+        chosen = None
+        if predicted is not None and predicted.role is not None and predicted.reason is not None:
+            chosen = (predicted.role, predicted.reason)
+        request = RouteInput(prompt_tokens, uncached, max_tokens, hint, chosen)
         order = self._order(variant, request, via)
         return RoutePlan(
             self.name,
@@ -291,6 +318,7 @@ class ModelRouter:
             blocks if prefix else NO_BLOCKS,
             matches,
             self.policy.scorers,
+            predicted,
         )
 
     def _order(

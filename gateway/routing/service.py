@@ -14,15 +14,25 @@ canary's failed attempt).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from gateway.asgi import Headers, find_header
+from gateway.errors import Shed
 from gateway.routing.config import Role, RoutingPolicy
 from gateway.routing.dispatch import Dispatcher
+from gateway.routing.latency import LatencyBook
 from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.pools import Pool, Replica
+from gateway.routing.predicted import (
+    NO_OBJECTIVE,
+    Objective,
+    PredictedRoute,
+    learn,
+    predict_route,
+)
 from gateway.routing.prefix import NO_BLOCKS, prompt_blocks
-from gateway.routing.router import ROLLED_BACK, ModelRouter, RoutePlan, Variant
+from gateway.routing.router import ROLLED_BACK, ModelRouter, Predict, RoutePlan, Variant
+from gateway.routing.slo_choice import SHED
 from gateway.tokens.counting import PromptTokens
 from gateway.wire.outcome import Outcome
 from gateway.wire.request import ParsedRequest
@@ -68,11 +78,16 @@ def may_steer(policy: RoutingPolicy, caller: Caller) -> bool:
 
 
 class Routing:
-    """Routing for the whole gateway: the dispatcher and the metrics."""
+    """Routing for the whole gateway: the dispatcher, the metrics and the latency models
+    (``latency``: per pool and replica, carried over a reload with the routing)."""
 
-    def __init__(self, dispatcher: Dispatcher, metrics: RoutingMetrics) -> None:
+    def __init__(
+        self, dispatcher: Dispatcher, metrics: RoutingMetrics, latency: LatencyBook | None = None
+    ) -> None:
         self.dispatcher = dispatcher
         self.metrics = metrics
+        self.latency = latency if latency is not None else LatencyBook()
+        metrics.prediction_errors.book = self.latency
 
     def plan(
         self,
@@ -81,14 +96,20 @@ class Routing:
         headers: Headers,
         caller: Caller,
         prompt: PromptTokens,
+        objective: Callable[[], Objective] | None = None,
     ) -> RoutePlan:
         """The variant and its pools in order; the prompt is counted only if length matters.
-        ``headers``: the request's, for the steering ones (a forced variant, a pool hint)."""
+        ``headers``: the request's, for the steering ones (a forced variant, a pool hint).
+        ``objective``: the request's latency objective, read only when ``routing.latency``
+        is on (its headers are the client's: a bad one is a 400 then)."""
         variant, forced, via = self._variant(router, headers, caller, request)
-        needs_length = len(variant.by_role) > 1 or (
-            not forced and router.canary is not None and len(router.baseline.by_role) > 1
-        )
         policy = router.policy
+        mode = policy.latency.mode
+        needs_length = (
+            mode != "off"
+            or len(variant.by_role) > 1
+            or (not forced and router.canary is not None and len(router.baseline.by_role) > 1)
+        )
         blocks = NO_BLOCKS
         hint = self._hint(policy, headers, caller) if needs_length else None
         if needs_length or policy.prefix.enabled:  # length and cached prefixes matter
@@ -103,15 +124,32 @@ class Routing:
                 )
         else:  # the count, when admission made it, still weighs on the pool's load
             tokens = prompt.counted or 0
-        return router.plan(
-            variant,
-            tokens,
-            request.max_tokens,
-            hint,
-            failover=not forced,
-            via=via,
-            blocks=blocks,
-        )
+        predict = None
+        if mode != "off":  # a trusted hint decides itself: predictions are only reported then
+            wanted = objective() if objective is not None else NO_OBJECTIVE
+            predict = self._predictor(wanted, "shadow" if hint is not None else mode)
+        try:
+            return router.plan(
+                variant,
+                tokens,
+                request.max_tokens,
+                hint,
+                failover=not forced,
+                via=via,
+                blocks=blocks,
+                predict=predict,
+            )
+        except Shed:
+            self.metrics.decision(router.name, variant.name, "", SHED).inc()
+            raise
+
+    def _predictor(self, objective: Objective, mode: str) -> Predict:
+        book = self.latency
+
+        def predict(by_role: Mapping[Role, Pool], prefill: Mapping[str, int]) -> PredictedRoute:
+            return predict_route(book, by_role, prefill, objective, mode)  # type: ignore[arg-type]
+
+        return predict
 
     def remember_answer(
         self,
@@ -171,6 +209,8 @@ class Routing:
         """The variant's verdict from the request's outcome (none for client-caused ends)."""
         if not outcome.admitted:
             return
+        if plan.predicted is not None:
+            learn(self.latency, plan.predicted, outcome)
         variant = plan.variant
         served = outcome.route.variant
         failed_over = plan.fallback is not None and served == plan.fallback.variant.name

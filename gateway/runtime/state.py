@@ -73,10 +73,14 @@ class GatewayState:
     shared_load: SharedLoad | None = None
     """Every gateway replica's load per pool, where the limits share Redis."""
     outcomes: OutcomeFeed = field(default_factory=OutcomeFeed)
-    latency: LatencyBook = field(default_factory=LatencyBook)
-    """TTFT/TPOT models per pool and replica, learned from ``outcomes`` (issue 38)."""
     """Each settled exchange, as its replica delivered it, to the subscribers ``create_app``
     registers (gateway/routing/outcomes.py)."""
+
+    @property
+    def latency(self) -> LatencyBook:
+        """TTFT/TPOT models per pool and replica (issue 38): the routing's, which learns each
+        request's outcome with the load its pools had at the choice (``routing.latency``)."""
+        return self.table.routing.latency
 
     @classmethod
     def build(

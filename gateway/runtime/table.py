@@ -30,6 +30,7 @@ from gateway.routing.breaker import BreakerState
 from gateway.routing.config import PoolConfig
 from gateway.routing.dispatch import Dispatcher, RetryBudget
 from gateway.routing.gauges import EngineGauges
+from gateway.routing.latency import LatencyBook
 from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.policy import SATURATION_REASONS
 from gateway.routing.pools import Pool, Replica
@@ -80,10 +81,14 @@ class RoutingTable:
 
 
 def build_routing(
-    config: GatewayConfig, metrics: RoutingMetrics, clock: Clock = SYSTEM_CLOCK
+    config: GatewayConfig,
+    metrics: RoutingMetrics,
+    clock: Clock = SYSTEM_CLOCK,
+    latency: LatencyBook | None = None,
 ) -> Routing:
+    """``latency``: the models learned so far (a reload keeps them)."""
     budget = RetryBudget(config.retries, clock.monotonic)
-    return Routing(Dispatcher(config.retries, metrics, budget), metrics)
+    return Routing(Dispatcher(config.retries, metrics, budget), metrics, latency)
 
 
 def build_table(
@@ -114,7 +119,8 @@ def build_table(
     if previous is not None and config.retries == previous.config.retries:
         routing = previous.routing
     else:
-        routing = build_routing(config, routing_metrics, clock)
+        latency = None if previous is None else previous.routing.latency
+        routing = build_routing(config, routing_metrics, clock, latency)
     models = {}
     for name, model in config.models.items():
         router = ModelRouter(name, model, pools, clock.monotonic, clock.wall)

@@ -129,7 +129,7 @@ def describe_request(span: Span, scope: Scope, outcome: Outcome) -> None:
         span.set_status(Status(StatusCode.ERROR, error or str(status)))
 
 
-def request_facts(outcome: Outcome) -> dict[str, str | None]:
+def request_facts(outcome: Outcome) -> dict[str, str | float | None]:
     """The gateway's own per-request attributes, shared by the server and client spans."""
     route = outcome.route
     return {
@@ -137,6 +137,7 @@ def request_facts(outcome: Outcome) -> dict[str, str | None]:
         attr.POOL: route.pool,
         attr.VARIANT: route.variant,
         attr.ROUTING_REASON: route.reason,
+        attr.PREDICTED_TTFT: route.predicted_ttft_ms,
         attr.TENANT: outcome.tenant_id,
         attr.KEY_PUBLIC_ID: outcome.key_id,
     }

@@ -107,9 +107,13 @@ class RouteFacts:
     pool: str | None = None
     replica: str | None = None
     reason: str | None = None
+    predicted_ttft_ms: float | None = None
+    """The serving pool's predicted time to first token (``routing.latency`` on and its model
+    confident; issue 38), else None."""
 
     def headers(self) -> list[tuple[bytes, bytes]]:
-        """How the request was served, for the response: pool, variant, reason."""
+        """How the request was served, for the response: pool, variant, reason, the
+        predicted TTFT."""
         found = []
         if self.pool is not None:
             found.append((b"x-gateway-pool", self.pool.encode()))
@@ -117,6 +121,8 @@ class RouteFacts:
             found.append((b"x-gateway-variant", self.variant.encode()))
         if self.reason is not None:
             found.append((b"x-gateway-route-reason", self.reason.encode()))
+        if self.predicted_ttft_ms is not None:
+            found.append((b"x-gateway-predicted-ttft-ms", b"%d" % round(self.predicted_ttft_ms)))
         return found
 
 

@@ -16,6 +16,8 @@
 #         both knees (PD's is the KV transfer's, about 1.4 requests/s over UCX on TCP loopback)
 #   mix   open loop, half 64-token and half 2048-token prompts, 2, 4 and 8 requests/s: the model
 #         routed by the gateway (64 tokens to colocated, 2048 to PD) against each pool alone
+#   mixslo  the same, with the latency-predicted model beside them (issue 38; needs
+#         PD_GATEWAY_EDIT=loadtests/device/latency_overlay.py, else its model does not exist)
 # PD_SWEEP_ITEMS="r2k ...": only the items named (default: all, in the order above).
 # Every item: 64 output tokens (ignore_eos), 2 warm-up requests per target, 6 s of sending per
 # step, SLO TTFT <= 1000 ms and TPOT <= 50 ms for goodput. PD_GPU_DRY_RUN=1: arguments checked only.
@@ -65,4 +67,13 @@ item c8k 75 --input-tokens 8000 --concurrency 1,8,32 --target "$pd" --target "$c
 item r2k 240 --input-tokens 2048 --rate 1,2,4,8,16 --target "$pd" --target "$co"
 item mix 120 --workload mix --short-tokens 64 --long-tokens 2048 --long-fraction 0.5 \
   --rate 2,4,8 --target "$routed" --target "$pd" --target "$co"
+# Issue 38 (PD_GATEWAY_EDIT=loadtests/device/latency_overlay.py): the same mix, each pool alone
+# first (their models learn), then routed by the threshold, then by prediction; the gateway's
+# prediction-error metrics after it.
+predicted="name=predicted,url=$gw,model=$model-predicted,$key"
+item mixslo 170 --workload mix --short-tokens 64 --long-tokens 2048 --long-fraction 0.5 \
+  --rate 2,4,8 --target "$pd" --target "$co" --target "$routed" --target "$predicted"
+[ -z "${PD_GPU_DRY_RUN:-}" ] && [ -d "$out/mixslo" ] &&
+  curl -s "${gw%/v1}/metrics" | grep -E '^gateway_(latency_prediction|routing_decisions)' \
+    >"$out/mixslo/prediction_metrics.txt"
 touch "$out/done"

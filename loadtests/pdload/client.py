@@ -26,6 +26,7 @@ ROUTE_HEADERS = {
     "pool": "x-gateway-pool",
     "variant": "x-gateway-variant",
     "route_reason": "x-gateway-route-reason",
+    "predicted_ttft_ms": "x-gateway-predicted-ttft-ms",
 }
 
 

@@ -38,6 +38,8 @@ class RequestRecord:
     pool: str | None = None
     variant: str | None = None
     route_reason: str | None = None
+    predicted_ttft_ms: str | None = None
+    """The gateway's predicted TTFT for the pool that served (its latency models, issue 38)."""
     tenant: str | None = None
 
     @property

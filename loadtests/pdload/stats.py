@@ -108,6 +108,28 @@ def summarize(records: Sequence[RequestRecord], duration: float, slo: Slo) -> di
         "completion_tokens": distribution(_present(float(r.completion_tokens or 0) for r in ok)),
         "lag": distribution([r.lag for r in records]),
         **prefix_figures(ok),
+        "ttft_prediction": prediction_error(ok),
+    }
+
+
+def prediction_error(ok: Sequence[RequestRecord]) -> dict[str, Any] | None:
+    """How far the gateway's predicted TTFT (``x-gateway-predicted-ttft-ms``) was from the TTFT
+    measured here: the mean absolute percentage error (MAPE) and its p50/p90, over the requests
+    that carried a prediction; None when none did."""
+    errors = []
+    for r in ok:
+        predicted = r.predicted_ttft_ms
+        if predicted is None or not predicted.isdigit() or not r.ttft:
+            continue
+        errors.append(abs(int(predicted) / 1000 - r.ttft) / r.ttft)
+    if not errors:
+        return None
+    errors.sort()
+    return {
+        "n": len(errors),
+        "mape": sum(errors) / len(errors),
+        "p50": errors[len(errors) // 2],
+        "p90": errors[min(len(errors) - 1, int(0.9 * len(errors)))],
     }
 
 

@@ -84,7 +84,7 @@ def test_the_sweep_checks_every_pd_loadtest_it_runs(tmp_path: Path) -> None:
     deadline = sweep_state(tmp_path)
     out = tmp_path / "sweep"
     result = dry_run("loadtests/device/pd-sweep.sh", str(out), str(deadline), state=tmp_path)
-    assert sweep_reports(result) == ["c128", "c2k", "c8k", "r2k", "mix"]
+    assert sweep_reports(result) == ["c128", "c2k", "c8k", "r2k", "mix", "mixslo"]
     assert (out / "done").is_file()
 
 

@@ -77,3 +77,18 @@ def test_knee_is_the_cheapest_load_with_almost_all_the_goodput(
     points: list[tuple[float, float]], knee: float | None
 ) -> None:
     assert find_knee(points, tolerance=0.05) == knee
+
+
+def test_the_gateways_ttft_prediction_is_scored_against_the_measured_ttft() -> None:
+    from dataclasses import replace
+
+    records = [
+        replace(_rec(ttft=0.1), predicted_ttft_ms="110"),  # 10% off
+        replace(_rec(ttft=0.2), predicted_ttft_ms="100"),  # 50% off
+        replace(_rec(ttft=0.1), predicted_ttft_ms="junk"),  # a bad header: not scored
+        _rec(ttft=0.1),  # no prediction (not confident yet)
+    ]
+    found = summarize(records, duration=1.0, slo=Slo())["ttft_prediction"]
+    assert found["n"] == 2
+    assert found["mape"] == pytest.approx(0.3)
+    assert summarize([_rec()], duration=1.0, slo=Slo())["ttft_prediction"] is None

@@ -96,3 +96,19 @@ def test_book_bounds_its_keys() -> None:
     for i in range(50):
         book.observe("p", f"r{i}", (1, 0, 0, 0), 10.0, 1, 1.0)
     assert len(book._pools) + len(book._replicas) == 3
+
+
+def test_refits_are_spaced_by_the_clock_as_well_as_the_count() -> None:
+    """At thousands of requests a second a refit every 32 samples would be a fit every few
+    milliseconds: with ``now`` given, at most one each ``refit_seconds``."""
+    settings = ModelSettings(window=64, min_samples=4, refit_every=4, refit_seconds=1.0)
+    m = LatencyModel(1, settings)
+    for i in range(4):
+        m.observe((float(i),), 10.0, now=0.0)
+    first = m.weights
+    assert first is not None  # the first fit comes at min_samples, whatever the clock
+    for i in range(20):  # five refits' worth of samples within the same second
+        m.observe((float(i),), 100.0, now=0.5)
+    assert m.weights == first
+    m.observe((1.0,), 100.0, now=1.0)  # a second later: refitted
+    assert m.weights != first
