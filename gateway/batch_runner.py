@@ -27,6 +27,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from typing import Protocol
 
 from prometheus_client import Gauge
@@ -178,7 +179,7 @@ class BatchRunner:
             await self.jobs.finalize(batch_id, status, now=now, ttl=self.config.file_ttl_seconds)
         self.queued.set(await self.jobs.queued())
         free = self.config.concurrency - len(self.running)
-        backing_off = self.state.clock.monotonic() < self._back_off_until
+        backing_off = time.monotonic() < self._back_off_until  # real time, like asyncio's
         if free <= 0 or backing_off or not self.has_room():
             return 0
         claimed = await self.jobs.claim(
@@ -243,7 +244,7 @@ class BatchRunner:
         outcome = await self.pipeline.serve(incoming, sink, OutcomeSlot())
         if outcome.error_code in NOT_NOW:
             self.lines.labels("put_back").inc()
-            self._back_off_until = self.state.clock.monotonic() + self.config.poll_seconds
+            self._back_off_until = time.monotonic() + self.config.poll_seconds
             await self.jobs.release(claimed)
             return
         status = sink.status or outcome.status

@@ -145,6 +145,8 @@ def _json(body: object) -> Response:
 
 
 def _listing(data: list[dict[str, Any]], more: bool) -> dict[str, Any]:
+    """OpenAI's list object. An empty list's ``first_id`` and ``last_id`` are null (as OpenAI
+    answers; its document types them as strings, required in ``ListFilesResponse``)."""
     return {
         "object": "list",
         "data": data,

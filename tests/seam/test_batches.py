@@ -255,3 +255,47 @@ async def test_an_unknown_file_or_batch_is_a_404(tmp_path: Path) -> None:
         assert (await gw.get("/v1/batches/batch_nope")).status == 404
         assert (await gw.call("/v1/batches/batch_nope/cancel", b"")).status == 404
         assert (await gw.get("/v1/files/file-nope/content")).status == 404
+
+
+async def test_empty_lists_are_openais_list_objects(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path, SCRIPTS, batches=FAST) as gw:
+        # OpenAI's document types first_id and last_id as strings (required for files); an
+        # empty list has neither, and OpenAI answers null, as the gateway does.
+        gw.conform = False
+        files = await gw.get("/v1/files")
+        assert files.json()["data"] == [] and files.json()["has_more"] is False
+        batches = await gw.get("/v1/batches")
+        assert batches.json()["data"] == [] and batches.json()["first_id"] is None
+        gw.conform = True
+        assert (await gw.get("/v1/batches?limit=101")).status == 400
+        assert (await gw.get("/v1/files?limit=0")).status == 400
+
+
+ONE_PLACE = {"pd": {"urls": ["http://replica-a:8000"], "capacity": 1}}
+FLOW = {"enabled": True, "max_wait_seconds": 60, "recheck_seconds": 3600}
+
+
+async def test_lines_wait_while_interactive_traffic_holds_the_pool(tmp_path: Path) -> None:
+    """The pool's only place held by hand (an interactive request's): the runner starts no
+    line; once it is given back the batch runs to its end. No line is failed meanwhile."""
+    async with running_gateway(tmp_path, SCRIPTS, batches=FAST, flow=FLOW, pools=ONE_PLACE) as gw:
+        pool = gw.state.table.pools["pd"]
+        held = pool.take()
+        made = (await upload(gw, jsonl(*(line(f"r{i}") for i in range(5))))).json()
+        body = {
+            "input_file_id": made["id"],
+            "endpoint": "/v1/chat/completions",
+            "completion_window": "24h",
+        }
+        batch = (await gw.call("/v1/batches", orjson.dumps(body))).json()
+        runner = gw.app.state.batch_runner
+        for _ in range(10):  # several of the runner's polls
+            assert await runner.step() == 0
+            await asyncio.sleep(0.02)
+        assert not runner.running
+        waiting = (await gw.get(f"/v1/batches/{batch['id']}")).json()
+        assert waiting["request_counts"] == {"total": 5, "completed": 0, "failed": 0}
+        pool.give_back(held)
+        done = await finished(gw, batch["id"])
+        assert done["status"] == "completed"
+        assert done["request_counts"] == {"total": 5, "completed": 5, "failed": 0}
