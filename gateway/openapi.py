@@ -609,12 +609,13 @@ _CREATE_BATCH = {
     "type": "object",
     "required": ["input_file_id", "endpoint", "completion_window"],
     "properties": {
-        "input_file_id": {"type": "string", "maxLength": 128},
+        "input_file_id": {"type": "string", "minLength": 1, "maxLength": 128},
         "endpoint": {"enum": _BATCH_ENDPOINTS},
         "completion_window": {"enum": ["24h"]},
         "metadata": {
             "type": "object",
             "maxProperties": 16,
+            "propertyNames": {"maxLength": 64},
             "additionalProperties": {"type": "string", "maxLength": 512},
         },
     },
