@@ -199,6 +199,10 @@ async def test_a_batch_runs_every_line_once_through_the_pipeline(tmp_path: Path)
         assert err[0]["response"]["status_code"] == 400
         listed = (await gw.get("/v1/batches?limit=1")).json()
         assert [b["id"] for b in listed["data"]] == [batch["id"]]
+        metrics = (await gw.get("/metrics")).body.decode()
+        assert 'gateway_batch_lines_total{result="completed"} 10.0' in metrics
+        assert 'gateway_batch_lines_total{result="failed"} 1.0' in metrics
+        assert "gateway_batch_lines_running 0.0" in metrics
     rows = [r for r in gw.ledger_rows() if r["batch_id"] == batch["id"]]
     assert len(rows) == 11
     request_ids = {x["response"]["request_id"] for x in out + err}
