@@ -118,6 +118,8 @@ class BatchRunner:
         self._loop: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._back_off_until = 0.0
+        self._renewed = 0.0
+        """When this replica's claims were last extended (the app's wall clock)."""
         """After a line was put back (shed, limited): no claim before this (monotonic)."""
         metrics = state.metrics
         self.lines = metrics.counter(
@@ -178,6 +180,7 @@ class BatchRunner:
         for batch_id, status in await self.jobs.due(now):
             await self.jobs.finalize(batch_id, status, now=now, ttl=self.config.file_ttl_seconds)
         self.queued.set(await self.jobs.queued())
+        await self._renew(now)
         free = self.config.concurrency - len(self.running)
         backing_off = time.monotonic() < self._back_off_until  # real time, like asyncio's
         if free <= 0 or backing_off or not self.has_room():
@@ -194,6 +197,15 @@ class BatchRunner:
             self._claimed[task] = line
             task.add_done_callback(self._ended)
         return len(claimed)
+
+    async def _renew(self, now: float) -> None:
+        """Extend this replica's claims every third of a lease while its lines run, so a line
+        slower than the lease is not taken by another replica and sent upstream twice."""
+        lease = self.config.lease_seconds
+        if not self.running or now - self._renewed < lease / 3:
+            return
+        self._renewed = now
+        await self.jobs.renew(self.owner, now=now, lease=lease)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         self.running.discard(task)

@@ -322,6 +322,17 @@ class JobStore:
                 await write_rows(conn, self.db.backend, ledger)
         return True
 
+    async def renew(self, owner: str, *, now: float, lease: float) -> int:
+        """Extend every live claim of ``owner`` (its lines still running); how many."""
+        line = batch_lines.c
+        async with self.db.transaction() as conn:
+            renewed = await conn.execute(
+                update(batch_lines)
+                .where(line.owner == owner, line.state == "claimed", line.lease_until >= now)
+                .values(lease_until=now + lease)
+            )
+        return int(renewed.rowcount)
+
     async def release(self, claimed: ClaimedLine) -> None:
         """Queued again (no room, or the key's limits said not now): runs later, maybe elsewhere."""
         line = batch_lines.c

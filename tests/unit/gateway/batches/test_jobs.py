@@ -136,3 +136,13 @@ async def test_a_cancelled_batch_stops_claiming_and_keeps_what_it_did(migrated: 
     done = await jobs.get("batch_1", tenant_id="acme")
     assert done is not None and done.status == "cancelled" and done.output_file_id
     assert done.to_json()["cancelled_at"] == int(NOW)
+
+
+async def test_a_live_owner_renews_its_claims_and_keeps_them(migrated: Database) -> None:
+    jobs = JobStore(migrated)
+    await jobs.create(record(total=2), lines(2))
+    mine = await jobs.claim("alive", now=NOW, lease=30, limit=2)
+    assert await jobs.renew("alive", now=NOW + 20, lease=30) == 2
+    assert await jobs.claim("other", now=NOW + 40, lease=30, limit=2) == []  # renewed to +50
+    assert await jobs.finish(mine[0], Answer(200, b"{}", "a"), [row("a")])
+    assert await jobs.renew("alive", now=NOW + 100, lease=30) == 0  # expired: not revived
