@@ -303,3 +303,32 @@ async def test_lines_wait_while_interactive_traffic_holds_the_pool(tmp_path: Pat
         done = await finished(gw, batch["id"])
         assert done["status"] == "completed"
         assert done["request_counts"] == {"total": 5, "completed": 5, "failed": 0}
+
+
+PRICES = {
+    "currency": "USD",
+    "models": {"m": {"input": "1.00", "output": "2.00", "batch_discount": "0.5"}},
+}
+
+
+async def test_a_line_is_billed_at_the_batch_price(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path, SCRIPTS, batches=FAST, prices=PRICES) as gw:
+        interactive = await gw.call("/v1/chat/completions", orjson.dumps(line("x")["body"]))
+        assert interactive.status == 200
+        made = (await upload(gw, jsonl(line("a")))).json()
+        body = {
+            "input_file_id": made["id"],
+            "endpoint": "/v1/chat/completions",
+            "completion_window": "24h",
+        }
+        batch = (await gw.call("/v1/batches", orjson.dumps(body))).json()
+        assert (await finished(gw, batch["id"]))["status"] == "completed"
+    rows = {r["batch_id"]: r for r in gw.ledger_rows()}
+    plain, batched = rows[None], rows[batch["id"]]
+    assert (plain["input_tokens"], plain["output_tokens"]) == (
+        batched["input_tokens"],
+        batched["output_tokens"],
+    )
+    # The exact half of the interactive price, rounded half up to the micro-unit once.
+    assert plain["cost_micros"] == 17  # 11 prompt tokens at 1 micro, 3 output at 2
+    assert batched["cost_micros"] == 9
