@@ -33,6 +33,8 @@ from gateway.accounting.usage_api import usage_routes
 from gateway.admin.api import REQUEST_MODELS, admin_routes, own_key_routes
 from gateway.admin.routing import routing_admin_routes
 from gateway.auth.middleware import auth_middleware
+from gateway.batch_runner import BatchRunner
+from gateway.batches.api import batch_routes
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import GatewayConfig
 from gateway.console import console_routes
@@ -78,9 +80,20 @@ def create_app(
     # before a request exists is counted and logged here.
     edge_state: dict[str, RefusalRecorder] = {REFUSALS_KEY: RefusalLog(state.metrics, access_log)}
 
+    # The pipeline serves requests with no HTTP in them; each endpoint adapts ASGI to it, and
+    # the batch runner feeds it batch lines.
+    pipeline = Pipeline(state)
+    runner = (
+        BatchRunner(config.batches, state.batches.jobs, pipeline, state)
+        if config.batches.enabled
+        else None
+    )
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, RefusalRecorder]]:
         await state.start()
+        if runner is not None:
+            await runner.start()
         try:
             if reloader is None:
                 yield edge_state
@@ -88,12 +101,12 @@ def create_app(
                 with reload_on_sighup(reloader):
                     yield edge_state
         finally:
+            if runner is not None:
+                await runner.stop()  # before the store closes: its lines in flight put back
             await state.stop()
             if access_log is not None:
                 access_log.close()
 
-    # The pipeline serves requests with no HTTP in them; each endpoint adapts ASGI to it.
-    pipeline = Pipeline(state)
     proxies = {"/v1/" + op.value: ProxyEndpoint(op, pipeline) for op in Operation}
     routes: list[BaseRoute] = []  # described by the OpenAPI endpoint, which is one of them
     routes += [
@@ -112,6 +125,7 @@ def create_app(
             currency=lambda: state.accounting.prices.currency,
         ),
         *responses_routes(state.responses, admin=state.auth is not None),
+        *batch_routes(state.batches if config.batches.enabled else None),
         *admin_routes(state.auth),
         *own_key_routes(state.auth),
         *console_routes(enabled=config.console.enabled),
@@ -158,6 +172,7 @@ def create_app(
     )
     app.state.gateway = state
     app.state.pipeline = pipeline  # the entry point for requests that do not come over HTTP
+    app.state.batch_runner = runner
     return app
 
 

@@ -22,6 +22,7 @@ from configkit import ConfigError, StrictModel, format_validation_error, parse_m
 from gateway.accounting.config import AccountingConfig
 from gateway.accounting.prices import PricesConfig, price_errors
 from gateway.auth.config import AuthConfig
+from gateway.batches.config import BatchesConfig
 from gateway.database.config import StorageConfig
 from gateway.extras import MissingExtra, require
 from gateway.flow.config import FlowConfig
@@ -137,6 +138,9 @@ class GatewayConfig(StrictModel):
     """Flow control: the queue for requests no pool has room for (gateway/flow/config.py)."""
     slo: SloConfig = SloConfig()
     """Latency objectives per band and tenant, bounds for ``x-slo-*`` (gateway/flow/slo.py)."""
+    batches: BatchesConfig = BatchesConfig()
+    """The Batch API: file bounds, retention, the runner's concurrency and leases
+    (gateway/batches/config.py)."""
 
     @model_validator(mode="after")
     def _limits_exact_across_workers(self) -> GatewayConfig:

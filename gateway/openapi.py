@@ -421,6 +421,7 @@ def _operations() -> dict[str, dict[str, Any]]:
         **_management_paths(
             _errors_of(("400", "401", "403", "404", "409", "413", "415", "429", "500", "503"))
         ),
+        **_batch_paths(_errors_of(("400", "401", "404", "413", "415", "429", "500", "503"))),
         "/metrics": {
             "get": {
                 "summary": "Prometheus metrics (an admin key or auth.metrics_token; tenant series "
@@ -582,6 +583,80 @@ def _management_paths(errors: dict[str, Any]) -> dict[str, Any]:
             errors)},
         "/admin/routing/models/{model}/variants/{variant}": {"put": _op(
             "Set a variant's weight: {weight}", errors, path=("model", "variant"), body=_WEIGHT)},
+    }  # fmt: skip
+
+
+_BATCH_ENDPOINTS = ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"]
+_FILE = {
+    "type": "object",
+    "required": ["id", "object", "bytes", "created_at", "filename", "purpose", "status"],
+    "properties": {"object": {"const": "file"}, "id": _STRING, "bytes": {"type": "integer"}},
+}
+_BATCH = {
+    "type": "object",
+    "required": ["id", "object", "endpoint", "input_file_id", "completion_window", "status",
+                 "created_at"],
+    "properties": {"object": {"const": "batch"}, "id": _STRING,
+                   "status": {"enum": ["validating", "failed", "in_progress", "finalizing",
+                                       "completed", "expired", "cancelling", "cancelled"]}},
+}  # fmt: skip
+_UPLOAD = {
+    "type": "object",
+    "required": ["file", "purpose"],
+    "properties": {"file": {"type": "string", "format": "binary"}, "purpose": {"enum": ["batch"]}},
+}
+_CREATE_BATCH = {
+    "type": "object",
+    "required": ["input_file_id", "endpoint", "completion_window"],
+    "properties": {
+        "input_file_id": {"type": "string", "minLength": 1, "maxLength": 128},
+        "endpoint": {"enum": _BATCH_ENDPOINTS},
+        "completion_window": {"enum": ["24h"]},
+        "metadata": {
+            "type": "object",
+            "maxProperties": 16,
+            "propertyNames": {"maxLength": 64},
+            "additionalProperties": {"type": "string", "maxLength": 512},
+        },
+    },
+}
+
+
+def _batch_paths(errors: dict[str, Any]) -> dict[str, Any]:
+    """The Files and Batch APIs (gateway/batches/api.py), OpenAI's objects; the caller's tenant's
+    files and batches only (another tenant's id is a 404)."""
+    f, b = ("file_id",), ("batch_id",)
+    upload = _op(
+        "Upload a batch input file (JSONL, each line checked; purpose batch)", errors, result=_FILE
+    )
+    upload["requestBody"] = {
+        "required": True,
+        "content": {"multipart/form-data": {"schema": _UPLOAD}},
+    }
+    content = _op("The file's bytes (JSONL)", errors, path=f)
+    content["responses"]["200"]["content"] = {"application/jsonl": {"schema": _STRING}}
+    return {
+        "/v1/files": {
+            "get": _op("The tenant's files, newest first (order asc/desc, after, limit "
+                       "1-10000, purpose)", errors, result=_LIST,
+                       query={"limit": {"type": "integer", "minimum": 1, "maximum": 10000},
+                              "order": {"enum": ["asc", "desc"]}, "after": _STRING,
+                              "purpose": _STRING}),
+            "post": upload},
+        "/v1/files/{file_id}": {
+            "get": _op("One file", errors, path=f, result=_FILE),
+            "delete": _op("Delete a file: {id, object, deleted}", errors, path=f)},
+        "/v1/files/{file_id}/content": {"get": content},
+        "/v1/batches": {
+            "get": _op("The tenant's batches, newest first (after, limit 1-100)", errors,
+                       result=_LIST, query={"limit": {"type": "integer", "minimum": 1,
+                                                      "maximum": 100}, "after": _STRING}),
+            "post": _op("Create a batch from an uploaded file; its lines run on idle capacity",
+                        errors, body=_CREATE_BATCH, result=_BATCH)},
+        "/v1/batches/{batch_id}": {"get": _op("One batch", errors, path=b, result=_BATCH)},
+        "/v1/batches/{batch_id}/cancel": {"post": _op(
+            "Cancel a batch: cancelling, then cancelled with the lines done so far", errors,
+            path=b, result=_BATCH)},
     }  # fmt: skip
 
 

@@ -61,6 +61,8 @@ class UsageRow:
     no price), computed once when the row is built (``gateway.accounting.prices.cost``)."""
     price_version: str | None = None
     """The price it was computed with (``USD-<digest>``: the currency and a hash of the price)."""
+    batch_id: str | None = None
+    """The batch the request was a line of (priced with the batch discount); None: interactive."""
 
 
 class LedgerStore(Protocol):

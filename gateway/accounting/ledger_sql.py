@@ -26,6 +26,7 @@ from sqlalchemy import (
     func,
     select,
 )
+from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Select
 
 from gateway.accounting import daily
@@ -98,6 +99,12 @@ LEDGER_MIGRATIONS = (
             "ALTER TABLE usage_daily ADD COLUMN cost_micros BIGINT NOT NULL DEFAULT 0",
         ),
     ),
+    Migration(
+        "ledger",
+        6,
+        "usage ledger: the batch a row's request was a line of (issue 39)",
+        ("ALTER TABLE usage_ledger ADD COLUMN batch_id TEXT",),
+    ),
 )
 
 metadata = MetaData()
@@ -125,6 +132,7 @@ usage_ledger = Table(
     Column("operation", Text),
     Column("cost_micros", BigInteger),
     Column("price_version", Text),
+    Column("batch_id", Text),
 )
 
 
@@ -157,6 +165,18 @@ def _values(row: UsageRow) -> tuple[Any, ...]:
     return (*[getattr(row, name) for name in _ROW_FIELDS], int(row.created_at // DAY))
 
 
+async def write_rows(
+    conn: AsyncConnection, backend: str, rows: Sequence[UsageRow], sql: str | None = None
+) -> str:
+    """Insert ``rows`` and add them to the daily totals, inside the caller's transaction (a
+    batch line's row is written with the line's answer: one commits with the other). Returns
+    the statement, which the caller may hand back next time."""
+    sql = sql or _insert_sql(conn.dialect.paramstyle)
+    await conn.exec_driver_sql(sql, [_values(r) for r in rows])
+    await daily.add_totals(conn, backend, rows)
+    return sql
+
+
 class SqlLedgerStore:
     """Writes batches in one transaction (one multi-row statement), and answers usage reports."""
 
@@ -165,12 +185,8 @@ class SqlLedgerStore:
         self._sql: str | None = None
 
     async def write(self, rows: Sequence[UsageRow]) -> None:
-        values = [_values(r) for r in rows]
         async with self.db.transaction() as conn:
-            sql = self._sql or _insert_sql(conn.dialect.paramstyle)
-            self._sql = sql
-            await conn.exec_driver_sql(sql, values)
-            await daily.add_totals(conn, self.db.backend, rows)
+            self._sql = await write_rows(conn, self.db.backend, rows, self._sql)
 
     async def report(self, query: UsageQuery) -> Report:
         """Token totals grouped by ``query.group_by`` (some of day, tenant_id, key_id, model).

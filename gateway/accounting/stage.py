@@ -81,7 +81,9 @@ class Accounting:
     def settle(self, reservation: Reservation, outcome: Outcome) -> None:
         """True the reservation up to the outcome's usage and record its ledger row."""
         self.limiter.settle(reservation, outcome.usage.total)
-        if self.ledger is not None:
+        # A batch line's row is written by its runner, in the transaction that marks the line
+        # done (gateway/batches/runner.py): a line is billed once even if its replica dies.
+        if self.ledger is not None and outcome.batch_id is None:
             self.ledger.record(ledger_row(outcome, self.prices))
 
 
@@ -115,6 +117,8 @@ def ledger_row(outcome: Outcome, prices: PriceTable = NO_PRICES) -> UsageRow:
             input_tokens=usage.input_tokens,
             cached_tokens=usage.cached_tokens,
             output_tokens=usage.output_tokens,
+            batch=outcome.batch_id is not None,
         ),
         price_version=None if price is None else price.version,
+        batch_id=outcome.batch_id,
     )

@@ -44,3 +44,6 @@ class Incoming:
     method: str = "POST"
     path: str = ""
     """For the outcome and the access log (a batch line's ``url``)."""
+    batch_id: str | None = None
+    """The batch this request is a line of: its outcome says so, and its ledger row is the
+    batch runner's to write (gateway/batches/runner.py)."""

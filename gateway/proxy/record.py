@@ -140,6 +140,7 @@ class Recorder:
             trace_id=current_trace_id() if self.tracing_on else None,
             queued=0.0 if settled.waited is None else settled.waited.seconds,
             band=None if settled.waited is None else settled.waited.band,
+            batch_id=incoming.batch_id,
         )
 
 

@@ -33,6 +33,7 @@ from gateway.routing.signals import EngineSignals
 
 if TYPE_CHECKING:
     from gateway.routing.load_redis import SharedLoad
+from gateway.batches.service import Batches
 from gateway.database import Database
 from gateway.response_store.service import StoredResponses
 from gateway.routing.latency import LatencyBook
@@ -61,6 +62,8 @@ class GatewayState:
     """Where canary judgements are made: each router's own, or the deployment's (Redis)."""
     responses: StoredResponses
     """Stored Responses API answers, in the same store (gateway/response_store/)."""
+    batches: Batches
+    """Batch files and jobs, in the same store (gateway/batches/); run by the app's runner."""
     clock: Clock = SYSTEM_CLOCK
     """What every part of the app reads the time from (gateway/clock.py)."""
     started_at: int = field(default_factory=lambda: int(time.time()))
@@ -110,6 +113,7 @@ class GatewayState:
             build_auth(config.auth, config.storage, database, clock),
             canaries,
             StoredResponses(config.responses, database, metrics, clock.wall),
+            Batches(config.batches, database, config.server.max_body_bytes, clock.wall),
             clock,
             started_at=int(clock.wall()),
             tracing=build_tracing(config.tracing, os.environ),
@@ -130,6 +134,8 @@ class GatewayState:
         await self.canaries.start(self._routers)
         await self.accounting.start(self.database)
         await self.responses.start()
+        if self.config.batches.enabled:
+            await self.batches.start()
 
     def _routers(self) -> list[ModelRouter]:
         return [route.router for route in self.table.models.values()]
@@ -163,6 +169,7 @@ class GatewayState:
             await pool.client.aclose()
         await self.accounting.stop()  # after the requests: flushes the ledger
         await self.responses.stop()  # after the requests: their last responses written
+        await self.batches.stop()
         if self.auth is not None:
             await self.auth.stop()  # flushes the keys' last-used times
         await self.database.close()  # last: the ledger and auth flush into it

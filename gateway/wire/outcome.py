@@ -184,6 +184,8 @@ class Outcome:
     """Seconds it waited in the flow-control queue (0.0: it went straight on)."""
     band: str | None = None
     """Its priority band, when flow control is on."""
+    batch_id: str | None = None
+    """The batch it was a line of (gateway/batches/); None: it came over HTTP."""
 
     @property
     def status(self) -> int:

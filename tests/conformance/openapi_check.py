@@ -136,6 +136,8 @@ def check_answer(
         # OpenAI answers every error as {"error": Error}; the document's few error bodies (a
         # 404 on DELETE /responses/{id}) name the inner Error alone.
         ref = "#/components/schemas/ErrorResponse"
+    elif _raw_bytes(listed):
+        return True  # a file's content: the document says only "a string", of any type
     elif media in listed:
         ref = listed[media]["schema"]["$ref"]
     elif answer is not None and not listed:
@@ -191,6 +193,13 @@ def sse_events(body: bytes) -> Iterator[Any]:
         data = [line[5:].lstrip() for line in block.split(b"\n") if line.startswith(b"data:")]
         if data and data != [b"[DONE]"]:
             yield orjson.loads(b"\n".join(data))
+
+
+def _raw_bytes(listed: dict[str, Any]) -> bool:
+    """The answer is bytes the document does not describe (``GET /files/{id}/content``: one
+    content type listed, its schema a bare string)."""
+    schemas = [entry.get("schema", {}) for entry in listed.values()]
+    return len(schemas) == 1 and schemas[0] == {"type": "string"}
 
 
 def _validate(ref: str, instance: Any, where: str) -> None:
