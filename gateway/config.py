@@ -106,6 +106,17 @@ class ServerConfig(StrictModel):
     max_requests_in_flight: int = Field(1024, ge=1)
     """Requests being served at once (probes excepted), counted once their body is in; more get
     503 ``server_overloaded``."""
+    # The event loop's lag probe (gateway/server/loop_watch.py); see README, issue 41.
+    loop_lag_interval_seconds: float = Field(0.1, ge=0)
+    """How often the probe samples how late the event loop wakes a sleeping task (0: off)."""
+    loop_lag_warn_seconds: float = Field(0.1, gt=0)
+    """A sample later than this logs a warning (at most one per ``loop_lag_log_every_seconds``)."""
+    loop_lag_log_every_seconds: float = Field(10.0, ge=0)
+    loop_lag_unready_seconds: float | None = Field(None, gt=0)
+    """With a value, ``/readyz`` answers 503 while a sample later than this is younger than
+    ``loop_lag_unready_for_seconds``. Off by default: every replica of an overloaded deployment
+    lags together, and taking them all out of rotation at once helps nobody."""
+    loop_lag_unready_for_seconds: float = Field(10.0, gt=0)
 
 
 class ConsoleConfig(StrictModel):

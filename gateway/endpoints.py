@@ -19,6 +19,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.openapi import openapi_document
 from gateway.routing.metrics import RoutingMetrics
 from gateway.runtime.table import ModelRoute, RoutingTable, publish_pool_state
+from gateway.server.loop_watch import LoopWatch
 from gateway.wire.outcome import PRINCIPAL_KEY
 
 
@@ -40,6 +41,8 @@ class Readiness(Protocol):
     def table(self) -> RoutingTable: ...
     @property
     def accounting(self) -> Accounting: ...
+    @property
+    def loop_watch(self) -> LoopWatch: ...
 
 
 class Exposition(Protocol):
@@ -89,9 +92,11 @@ class Healthz:
 
 
 class Readyz:
-    """Readiness: every model has a healthy upstream replica, and the rate limiter's store
-    answers (or its policy is to fail open). Public, so it names no replica (URLs may carry
-    credentials) and no failure reason: those are in the admin view ``GET /admin/routing``."""
+    """Readiness: every model has a healthy upstream replica, the rate limiter's store answers
+    (or its policy is to fail open), and, where ``server.loop_lag_unready_seconds`` is set, the
+    event loop has not been stuck past it lately (gateway/server/loop_watch.py). Public, so it
+    names no replica (URLs may carry credentials) and no failure reason: those are in the admin
+    view ``GET /admin/routing``."""
 
     def __init__(self, state: Readiness) -> None:
         self.state = state
@@ -100,11 +105,13 @@ class Readyz:
         table = self.state.table
         unready = sorted(m.name for m in table.models.values() if not m.router.healthy)
         limiter = await self.state.accounting.limiter.readiness()
-        ready = not unready and limiter["ready"]
+        loop_ready = self.state.loop_watch.ready()
+        ready = not unready and limiter["ready"] and loop_ready
         body = {
             "status": "ready" if ready else "not ready",
             "unready_models": unready,
             "rate_limiter": {"reachable": limiter["reachable"], "ready": limiter["ready"]},
+            "event_loop": {"ready": loop_ready},
         }
         await send_response(send, 200 if ready else 503, orjson.dumps(body))
 

@@ -190,6 +190,10 @@ TTFT_BUCKETS = (
     10,
 )
 TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5)
+# A loop's lag that matters starts at a millisecond (a first byte's budget is a few); a GC pause
+# worth seeing at a tenth of one.
+LAG_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+GC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
 
 
 class GatewayMetrics:
@@ -212,6 +216,7 @@ class GatewayMetrics:
         self._phases()
         self._replicas()
         self._refusals()
+        self._loop()
 
     def counter(
         self, name: str, documentation: str, labelnames: list[str], *, tenants: bool = False
@@ -331,6 +336,21 @@ class GatewayMetrics:
             "gateway_canary_rollbacks",
             "Canary variants rolled back automatically",
             ["model", "variant"],
+        )
+
+    def _loop(self) -> None:
+        """What holds the event loop (issue 41, gateway/server/loop_watch.py)."""
+        self.event_loop_lag = self.histogram(
+            "gateway_event_loop_lag_seconds",
+            "How much later than asked the event loop woke the lag probe's sleeping task",
+            [],
+            LAG_BUCKETS,
+        )
+        self.gc_pause = self.histogram(
+            "gateway_gc_pause_seconds",
+            "Collections of the cyclic garbage collector, by generation",
+            ["generation"],
+            GC_BUCKETS,
         )
 
     def render(self, *, tenants: bool = True) -> bytes:

@@ -40,6 +40,7 @@ from gateway.routing.latency import LatencyBook
 from gateway.routing.outcomes import OutcomeFeed
 from gateway.runtime.migrations import all_migrations
 from gateway.runtime.table import RoutingTable, UpstreamFactory, build_table
+from gateway.server.loop_watch import LoopWatch
 from gateway.telemetry import Tracing, TracingConfig, build_tracing
 from gateway.upstream.http1 import Http1Upstream
 
@@ -78,6 +79,8 @@ class GatewayState:
     outcomes: OutcomeFeed = field(default_factory=OutcomeFeed)
     """Each settled exchange, as its replica delivered it, to the subscribers ``create_app``
     registers (gateway/routing/outcomes.py)."""
+    loop_watch: LoopWatch = field(default_factory=lambda: LoopWatch(None, None))
+    """The event loop's lag probe and the collector's pauses (gateway/server/loop_watch.py)."""
 
     @property
     def latency(self) -> LatencyBook:
@@ -119,10 +122,13 @@ class GatewayState:
             tracing=build_tracing(config.tracing, os.environ),
             flow=flow,
             shared_load=build_shared_load(config),
+            loop_watch=LoopWatch.build(config.server, metrics),
         )
 
     async def start(self) -> None:
-        """Migrate, start auth, check every replica once and keep checking, start the ledger."""
+        """Watch the loop; migrate, start auth, check every replica once and keep checking,
+        start the ledger."""
+        self.loop_watch.start()  # first: a slow start-up shows in its lag too
         if self.config.storage.migrate_on_start:
             await self.database.migrate(all_migrations())
         if self.auth is not None:
@@ -174,6 +180,7 @@ class GatewayState:
             await self.auth.stop()  # flushes the keys' last-used times
         await self.database.close()  # last: the ledger and auth flush into it
         await asyncio.to_thread(self.tracing.shutdown)  # flush the spans still queued
+        await self.loop_watch.stop()
 
 
 def build_shared_load(config: GatewayConfig) -> SharedLoad | None:
