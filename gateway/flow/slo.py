@@ -13,8 +13,6 @@ up to ``MAX_HEADER_BYTES`` before it costs anything)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from pydantic import Field
 
 from configkit import StrictModel
@@ -24,6 +22,7 @@ from gateway.errors import InvalidParameter
 from gateway.flow.bands import PRIORITY_HEADER, band_of
 from gateway.flow.config import FlowConfig
 from gateway.routing.predicted import Objective
+from gateway.values import value
 
 TTFT_HEADER = b"x-slo-ttft-ms"
 TPOT_HEADER = b"x-slo-tpot-ms"
@@ -44,7 +43,7 @@ class SloConfig(StrictModel):
     tenants: dict[str, SloTarget] = Field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Slo:
     ttft_ms: int | None
     tpot_ms: int | None

@@ -25,6 +25,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
+
+from gateway.values import value
 
 TTFT_FEATURES = ("prefill_tokens", "tokens_in_flight", "waiting", "kv_tokens")
 TPOT_FEATURES = ("running", "tokens_in_flight")
@@ -33,6 +36,7 @@ flight on the pool are TPOT's second input (0 where the caller does not know the
 HUBER_K = 1.345  # Huber's constant, in units of the residuals' robust scale (MAD)
 TRIM = 3.0  # beyond this many Huber bounds a sample is a stall or a glitch: it weighs nothing
 IRLS_ROUNDS = 5
+K = TypeVar("K")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,12 +46,20 @@ class ModelSettings:
     refit_every: int = 32
     refit_seconds: float = 1.0
     error_window: int = 256
+    learn_per_second: float = 128.0
+    """At most this many outcomes a second teach a pool's models (0: every one). The window
+    holds ``window`` samples and a refit reads it at most once each ``refit_seconds``: past
+    that rate an observation would be overwritten before any fit saw it, and each costs the
+    settling request microseconds (issue 38's overhead). Spaced on the outcomes' clock, so
+    the samples kept are spread evenly over time whatever the traffic's rate."""
 
     def __post_init__(self) -> None:
         if not 2 <= self.min_samples <= self.window or self.refit_every < 1:
             raise ValueError("need 2 <= min_samples <= window and refit_every >= 1")
         if self.error_window < 1:
             raise ValueError("error_window must be positive")
+        if self.learn_per_second < 0:
+            raise ValueError("learn_per_second must not be negative")
 
 
 class LatencyModel:
@@ -94,19 +106,22 @@ class LatencyModel:
         if w is None or len(self._ys) < self.settings.min_samples:
             return None
         y = w[0]
-        for i in range(self.features):
-            y += w[i + 1] * x[i]
+        for weight, v in zip(w[1:], x, strict=False):  # a longer x: its extra ignored
+            y += weight * v
         return y if y > 0.0 else 0.0
 
     def observe(self, x: Sequence[float], y: float, now: float | None = None) -> None:
         """Learn one settled outcome. Non-finite or negative values are dropped (a clock step,
         a broken feed), never learned. ``now``: the clock's reading (seconds), which spaces the
         refits by ``refit_seconds``; None: by sample count alone."""
-        if len(x) != self.features or not math.isfinite(y) or y < 0.0:
+        if len(x) != self.features or not 0.0 <= y < math.inf:
             return
-        row = tuple(float(v) for v in x)
-        if not all(math.isfinite(v) and v >= 0.0 for v in row):
-            return
+        # A plain loop, not generators: this runs for every settled exchange (issue 38's
+        # overhead), and NaN fails the chained comparison as it fails isfinite.
+        row = tuple(map(float, x))
+        for v in row:
+            if not 0.0 <= v < math.inf:
+                return
         predicted = self.predict(row)
         if predicted is not None and y > 0.0:
             self._record_error(abs(predicted - y) / y)
@@ -236,7 +251,7 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float]:
     return out
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Prediction:
     """What the decision reads: milliseconds, and whose model said it."""
 
@@ -246,20 +261,31 @@ class Prediction:
 
 
 class LatencyBook:
-    """TTFT and TPOT models per pool and per (pool, replica), bounded in number (``max_keys``:
-    replicas come from config and discovery, a runaway discovery must not grow memory). A
-    replica's own model answers once confident, else its pool's; None: nobody knows yet."""
+    """TTFT and TPOT models per pool and, with ``per_replica``, per (pool, replica), bounded in
+    number (``max_keys``: replicas come from config and discovery, a runaway discovery must not
+    grow memory). A replica's own model answers once confident, else its pool's; None: nobody
+    knows yet."""
 
-    __slots__ = ("_pools", "_replicas", "max_keys", "settings")
+    __slots__ = ("_learned_at", "_pools", "_replicas", "max_keys", "per_replica", "settings")
 
-    def __init__(self, settings: ModelSettings | None = None, max_keys: int = 1024) -> None:
+    def __init__(
+        self,
+        settings: ModelSettings | None = None,
+        max_keys: int = 1024,
+        per_replica: bool = False,
+    ) -> None:
         self.settings = settings or ModelSettings()
         self.max_keys = max_keys
+        # Replica models double every observation's cost, and the decision predicts per pool
+        # (the dispatch then picks the replica): they are learned only for a caller that
+        # reads them (``per_replica``), not on every request for nobody.
+        self.per_replica = per_replica
         self._pools: dict[str, tuple[LatencyModel, LatencyModel]] = {}
         self._replicas: dict[tuple[str, str], tuple[LatencyModel, LatencyModel]] = {}
+        self._learned_at: dict[str, float] = {}
 
     def _pair(
-        self, table: dict[object, tuple[LatencyModel, LatencyModel]], key: object
+        self, table: dict[K, tuple[LatencyModel, LatencyModel]], key: K
     ) -> tuple[LatencyModel, LatencyModel] | None:
         pair = table.get(key)
         if pair is None and len(self._pools) + len(self._replicas) < self.max_keys:
@@ -282,9 +308,18 @@ class LatencyBook:
         now: float | None = None,
     ) -> None:
         """One settled exchange. ``None``: not measured (an error before the first token, a
-        one-token answer's TPOT). ``now``: when it settled (spaces the refits)."""
-        for table, key in ((self._pools, pool), (self._replicas, (pool, replica))):
-            pair = self._pair(table, key)  # type: ignore[arg-type]
+        one-token answer's TPOT). ``now``: when it settled (spaces the refits, and the
+        samples: at most ``learn_per_second`` a pool; None: every one is learned)."""
+        rate = self.settings.learn_per_second
+        if now is not None and rate > 0:
+            if now - self._learned_at.get(pool, -math.inf) < 1.0 / rate:
+                return
+            if pool in self._learned_at or len(self._learned_at) < self.max_keys:
+                self._learned_at[pool] = now
+        pairs = [self._pair(self._pools, pool)]
+        if self.per_replica:
+            pairs.append(self._pair(self._replicas, (pool, replica)))
+        for pair in pairs:
             if pair is None:
                 continue
             if ttft_ms is not None:

@@ -143,9 +143,10 @@ def predict_route(
     return PredictedRoute(pools, roles[choice.name], choice.reason)
 
 
-def learn(book: LatencyBook, route: PredictedRoute, outcome: Outcome) -> None:
-    """Teach the serving pool's and replica's models from the request's one outcome, with the
-    features frozen at the choice (failed, client-caused or unrouted outcomes teach nothing)."""
+def learn(book: LatencyBook, route: PredictedRoute, outcome: Outcome, now: float) -> None:
+    """Teach the serving pool's models from the request's one outcome, with the features
+    frozen at the choice (failed, client-caused or unrouted outcomes teach nothing). ``now``:
+    the app clock's monotonic reading, which spaces the samples and the refits."""
     found = ReplicaOutcome.of(outcome)
     if found is None or found.error:
         return
@@ -155,7 +156,7 @@ def learn(book: LatencyBook, route: PredictedRoute, outcome: Outcome) -> None:
     ttft = None if found.ttft is None else found.ttft * 1000
     tpot = None if found.tpot is None else found.tpot * 1000
     x = snapshot.ttft_x
-    book.observe(found.pool, found.replica, x, ttft, snapshot.running, tpot, x[1], outcome.finished)
+    book.observe(found.pool, found.replica, x, ttft, snapshot.running, tpot, x[1], now)
 
 
 class PredictionErrors(Collector):

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from gateway.asgi import Headers, find_header
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.errors import Shed
 from gateway.routing.config import Role, RoutingPolicy
 from gateway.routing.dispatch import Dispatcher
@@ -82,10 +83,16 @@ class Routing:
     (``latency``: per pool and replica, carried over a reload with the routing)."""
 
     def __init__(
-        self, dispatcher: Dispatcher, metrics: RoutingMetrics, latency: LatencyBook | None = None
+        self,
+        dispatcher: Dispatcher,
+        metrics: RoutingMetrics,
+        latency: LatencyBook | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.dispatcher = dispatcher
         self.metrics = metrics
+        self.clock = clock
+        """Spaces what the latency models learn (the app's: a test's manual clock holds it)."""
         self.latency = latency if latency is not None else LatencyBook()
         metrics.prediction_errors.book = self.latency
 
@@ -210,7 +217,7 @@ class Routing:
         if not outcome.admitted:
             return
         if plan.predicted is not None:
-            learn(self.latency, plan.predicted, outcome)
+            learn(self.latency, plan.predicted, outcome, self.clock.monotonic())
         variant = plan.variant
         served = outcome.route.variant
         failed_over = plan.fallback is not None and served == plan.fallback.variant.name

@@ -18,10 +18,11 @@ Without an objective, the lowest predicted TTFT wins (``fastest``)::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from gateway.routing.latency import Prediction
+from gateway.values import value
 
 FIXED_THRESHOLD = "fixed_threshold"
 MEETS_SLO = "meets_slo"
@@ -31,13 +32,13 @@ FASTEST = "fastest"
 REASONS = (FIXED_THRESHOLD, MEETS_SLO, BEST_EFFORT, SHED, FASTEST)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Candidate:
     name: str
     prediction: Prediction | None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Choice:
     name: str | None
     """None with ``shed``: refuse the request."""
@@ -57,9 +58,11 @@ def choose(
     if ttft_ms is None and tpot_ms is None:
         best = min(candidates, key=_ttft)
         return Choice(best.name, FASTEST, _ttft(best))
-    ratios = [(_ratio(c.prediction, ttft_ms, tpot_ms), i) for i, c in enumerate(candidates)]
-    ratio, index = min(ratios)  # min keeps the first of equals: the caller's order breaks ties
-    best = candidates[index]
+    best, ratio = candidates[0], math.inf
+    for c in candidates:  # strictly less: the first of equals wins (the caller's order)
+        r = _ratio(c.prediction, ttft_ms, tpot_ms)
+        if r < ratio:
+            best, ratio = c, r
     if ratio <= 1.0:
         return Choice(best.name, MEETS_SLO, _ttft(best))
     if sheddable:

@@ -88,7 +88,7 @@ def build_routing(
 ) -> Routing:
     """``latency``: the models learned so far (a reload keeps them)."""
     budget = RetryBudget(config.retries, clock.monotonic)
-    return Routing(Dispatcher(config.retries, metrics, budget), metrics, latency)
+    return Routing(Dispatcher(config.retries, metrics, budget), metrics, latency, clock)
 
 
 def build_table(

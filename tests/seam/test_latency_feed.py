@@ -75,11 +75,17 @@ async def test_served_exchanges_teach_the_pools_model_with_the_load_at_the_choic
     async with running_gateway(tmp_path, {"default": Script()}, **two_pools("shadow")) as gw:
         book = gw.state.latency
         needed = book.settings.min_samples
+        spacing = 1.0 / book.settings.learn_per_second
         for _ in range(needed - 1):
             reply = await gw.call(CHAT, chat())
             assert reply.status == 200 and HEADER not in reply.headers  # not confident yet
+            gw.clock.advance(spacing)
         reply = await gw.call(CHAT, chat())
         assert book._pools["colocated"][0].samples == needed  # each exchange learned once
+        for _ in range(5):  # settled within one spacing of the last: not learned
+            assert (await gw.call(CHAT, chat())).status == 200
+        assert book._pools["colocated"][0].samples == needed
+        gw.clock.advance(spacing)
         assert "pd" not in book._pools  # it served nothing: it learned nothing
         # Shadow: the threshold still decides; the next request carries the prediction.
         reply = await gw.call(CHAT, chat())
@@ -106,6 +112,7 @@ async def test_a_request_met_the_load_of_the_one_before_it_still_in_flight(
                 break
         assert gw.state.table.pools["colocated"].starting == 1
         assert (await gw.call(CHAT, chat())).status == 200
+        gw.clock.advance(1.0)  # a second apart: both outcomes are learned
         held.set()
         assert (await first).status == 200
         second_x, first_x = gw.state.latency._pools["colocated"][0]._xs  # second settled first

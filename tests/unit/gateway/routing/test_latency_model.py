@@ -77,7 +77,7 @@ def test_bad_values_are_dropped_not_learned() -> None:
 
 
 def test_book_answers_from_the_replica_once_confident_else_the_pool() -> None:
-    book = LatencyBook(ModelSettings(min_samples=4, window=16))
+    book = LatencyBook(ModelSettings(min_samples=4, window=16), per_replica=True)
     assert book.predict("pd", "r0", (10, 0, 0, 10), 1) is None
     for i in range(8):
         book.observe("pd", "r0", (100 + i, 0, 0, 100 + i), 200.0 + i, 4, 20.0)
@@ -92,7 +92,7 @@ def test_book_answers_from_the_replica_once_confident_else_the_pool() -> None:
 
 
 def test_book_bounds_its_keys() -> None:
-    book = LatencyBook(max_keys=3)
+    book = LatencyBook(max_keys=3, per_replica=True)
     for i in range(50):
         book.observe("p", f"r{i}", (1, 0, 0, 0), 10.0, 1, 1.0)
     assert len(book._pools) + len(book._replicas) == 3
@@ -112,3 +112,29 @@ def test_refits_are_spaced_by_the_clock_as_well_as_the_count() -> None:
     assert m.weights == first
     m.observe((1.0,), 100.0, now=1.0)  # a second later: refitted
     assert m.weights != first
+
+
+def test_book_learns_replica_models_only_when_asked() -> None:
+    """The decision predicts per pool: by default an exchange teaches its pool's models alone
+    (a replica's pair would double every observation's cost for no reader)."""
+    book = LatencyBook(ModelSettings(min_samples=2, window=8))
+    for i in range(4):
+        book.observe("pd", "r0", (100 + i, 0, 0, 100 + i), 200.0 + i, 4, 20.0)
+    assert list(book._pools) == ["pd"] and not book._replicas
+    prediction = book.predict("pd", "r0", (104, 0, 0, 104), 4)
+    assert prediction is not None and prediction.source == "pool"
+
+
+def test_book_learns_at_most_learn_per_second_outcomes_a_pool() -> None:
+    """Past the rate a window's refit reads, an outcome would be overwritten unread: the book
+    keeps outcomes spaced by 1/learn_per_second on the clock given, per pool."""
+    book = LatencyBook(ModelSettings(min_samples=2, window=64, learn_per_second=10.0))
+    for i in range(100):  # 100 outcomes in one second: ten kept, one every 0.1 s
+        book.observe("pd", "r0", (1.0, 0, 0, 0), 10.0 + i % 3, 1, 5.0, now=i * 0.01)
+        book.observe("colo", "r0", (1.0, 0, 0, 0), 10.0, 1, 5.0, now=0.0)
+    assert book._pools["pd"][0].samples == 10 and book._pools["pd"][1].samples == 10
+    assert book._pools["colo"][0].samples == 1  # all at one instant
+    every = LatencyBook(ModelSettings(min_samples=2, window=64, learn_per_second=0))
+    for _ in range(20):
+        every.observe("pd", "r0", (1.0, 0, 0, 0), 10.0, 1, 5.0, now=0.0)
+    assert every._pools["pd"][0].samples == 20

@@ -89,10 +89,10 @@ def test_learn_uses_the_frozen_features_of_the_pool_that_served() -> None:
     busy = FakePool("colocated", in_flight=2, prompt_tokens=300, starting=1)
     pools = {Role.PD: FakePool("pd"), Role.COLOCATED: busy}
     route = predict_route(book, pools, {"pd": 100, "colocated": 100}, NO_OBJECTIVE, "shadow")
-    learn(book, route, served_outcome(RouteFacts("stable", "colocated", "r", "x"), 0.25))
+    learn(book, route, served_outcome(RouteFacts("stable", "colocated", "r", "x"), 0.25), 10.0)
     model = book._pools["colocated"][0]
     assert model._xs == [(100.0, 300.0, 1.0, 0.0)] and model._ys == [250.0]
-    learn(book, route, served_outcome(RouteFacts("stable", "elsewhere", "r", "x"), 0.25))
+    learn(book, route, served_outcome(RouteFacts("stable", "elsewhere", "r", "x"), 0.25), 20.0)
     assert "elsewhere" not in book._pools  # outside the decision: nothing learned
 
 
