@@ -228,15 +228,11 @@ class LocalLoadBook:
         labels = tuple(r.label for r in pool.replicas)
         old = self._pools.get(pool.name)
         max_age = config.signals.max_age
-        same_gauges = old is not None and bool(old.replica_gauges) == (
-            config.signals.replica_metrics and bool(labels)
-        )
-        if old is not None and old.labels == labels and same_gauges:
-            if _same_index(old.prefix, config):
-                old.gauges.max_age = max_age
-                for gauges in old.replica_gauges.values():
-                    gauges.max_age = max_age
-                return
+        if old is not None and _unchanged(old, labels, config):  # the readings stay
+            old.gauges.max_age = max_age
+            for gauges in old.replica_gauges.values():
+                gauges.max_age = max_age
+            return
         replica_gauges = (
             {label: EngineGauges(max_age, self._clock) for label in labels}
             if config.signals.replica_metrics
@@ -509,6 +505,10 @@ class LocalLoadBook:
         """Blocks were recorded for a replica (the Redis book shares them as hints)."""
 
 
-def _same_index(prefix: PrefixIndex | None, config: PoolConfig) -> bool:
+def _unchanged(old: _PoolBook, labels: tuple[str, ...], config: PoolConfig) -> bool:
+    """The same replicas, the same prefix index size, replica readings on as before."""
     size = config.prefix_index_blocks
-    return (prefix is None and not size) or (prefix is not None and prefix.max_blocks == size)
+    prefix = old.prefix
+    same_index = (prefix is None and not size) or (prefix is not None and prefix.max_blocks == size)
+    same_gauges = bool(old.replica_gauges) == (config.signals.replica_metrics and bool(labels))
+    return old.labels == labels and same_index and same_gauges

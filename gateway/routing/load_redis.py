@@ -206,11 +206,17 @@ class RedisLoadBook(LocalLoadBook):
                     held[tenant] = held.get(tenant, 0) + int(count)
             except (ValueError, KeyError, TypeError):  # another version's entry: not counted
                 continue
+        freed = any(held.get(t, 0) < n for t, n in self.others_held.items())
         for name, book in self._pools.items():
-            book.others = sums.get(name, Others())
+            others = sums.get(name, Others())
+            if others.in_flight < book.others.in_flight or others.starting < book.others.starting:
+                freed = True
+            book.others = others
         self.others_held = held
         own = self._held
         self.others_most = max((n + own.get(t, 0) for t, n in held.items()), default=0)
+        if freed:  # a place freed on another gateway: this one's queue may grant it now
+            self._tell()
 
     def _read_hints(self, found: Any) -> None:
         for _stream, entries in found or ():

@@ -148,3 +148,29 @@ async def test_an_unreachable_redis_leaves_the_own_view() -> None:
     await lost.exchange()
     assert one.load().in_flight == 1
     await lost.aclose()
+
+
+async def test_a_place_freed_on_another_book_tells_the_subscribers(
+    redis_server: RedisServer,
+) -> None:
+    """Another gateway's give-back reaches this one through the exchange: its flow queue is
+    told then, as on a give-back of its own (or a request waiting here would wait for the
+    recheck timer)."""
+    a, b = book(redis_server.url, "a"), book(redis_server.url, "b")
+    one, two = pool(a), pool(b)
+    told: list[int] = []
+    a.subscribe(lambda: told.append(one.load().in_flight))
+    try:
+        hold = two.take(tenant="loud")
+        await b.exchange()
+        await a.exchange()
+        assert told == [] and one.load().in_flight == 1
+        two.give_back(hold)
+        await b.exchange()
+        await a.exchange()
+        assert told == [0]
+        await a.exchange()
+        assert told == [0]  # nothing freed since
+    finally:
+        await a.aclose()
+        await b.aclose()

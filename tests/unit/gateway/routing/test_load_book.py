@@ -201,3 +201,13 @@ def test_load_sharing_config_is_its_own_section_and_checked() -> None:
         "limits": {"backend": "redis", "redis_url": "redis://h:1/0"},
     }
     assert parse_config(limits_only).load_sharing.backend == "local"  # not switched on by limits
+
+
+def test_a_reload_that_turns_replica_readings_on_gets_them() -> None:
+    book = LocalLoadBook(clock)
+    urls = ("http://r0:8000",)
+    Pool("colo", PoolConfig(urls=urls), clock, book=book)
+    assert not book.has_replica_gauges("colo", "http://r0:8000")
+    on = PoolConfig.model_validate({"urls": urls, "signals": {"replica_metrics": True}})
+    Pool("colo", on, clock, book=book)
+    assert book.has_replica_gauges("colo", "http://r0:8000")
