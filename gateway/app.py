@@ -73,6 +73,10 @@ def create_app(
     # The outcome feed's consumers (beside the ledger, metrics and canary the recorder feeds):
     # each pool's book of what its replicas delivered, which the scorers read.
     state.outcomes.subscribe(to_pool_books(lambda: state.table.pools))
+    # The load book's subscribers: whenever a place frees (a give-back, a first token), flow
+    # control's queue grants what now has room.
+    if state.flow is not None:
+        state.load.subscribe(state.flow.queue.pump)
     access_log = AccessLog(sys.stderr.fileno()) if config.server.access_log else None
     reloader = None if config_path is None else ConfigReloader(state, config_path)
 

@@ -30,6 +30,7 @@ from gateway.flow.slo import SloConfig
 from gateway.limits.config import LimitsConfig
 from gateway.response_store.config import ResponsesConfig
 from gateway.routing.config import ModelConfig, PoolConfig, RetryConfig, model_pool_errors
+from gateway.routing.load_config import LoadSharingConfig
 from gateway.telemetry.config import TracingConfig
 from gateway.tokens.config import TokenizerConfig
 from gateway.upstream.config import Timeouts
@@ -152,6 +153,8 @@ class GatewayConfig(StrictModel):
     batches: BatchesConfig = BatchesConfig()
     """The Batch API: file bounds, retention, the runner's concurrency and leases
     (gateway/batches/config.py)."""
+    load_sharing: LoadSharingConfig = LoadSharingConfig()
+    """Where the load book is shared between gateway replicas (gateway/routing/load_config.py)."""
 
     @model_validator(mode="after")
     def _limits_exact_across_workers(self) -> GatewayConfig:
@@ -204,6 +207,8 @@ def extras_problem(config: GatewayConfig) -> str | None:
         needs.append(("postgres", "storage.url: postgresql"))
     if config.limits.enabled and config.limits.backend == "redis":
         needs.append(("redis", "limits.backend: redis"))
+    if config.load_sharing.backend == "redis":
+        needs.append(("redis", "load_sharing.backend: redis"))
     if config.tracing.enabled and config.tracing.protocol == "grpc":
         needs.append(("otlp-grpc", "tracing.protocol: grpc"))
     for extra, why in needs:

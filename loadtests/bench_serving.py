@@ -17,7 +17,13 @@ figures show the engines' queues and caches, not the gateway or the load generat
 
     .venv/bin/python loadtests/bench_serving.py [--experiment cache|tenants|overload|all]
         [--overlay gateway-overlay.yaml [--baseline]] [--out bench-serving/] [--quick]
-        [--time-scale X]
+        [--time-scale X] [--gateways N] [--tree DIR]
+
+``--gateways N`` starts N gateway processes on one Redis (a redis-server of the benchmark's own,
+on a unix socket): the rate limits on it, and the load shared through it (``load_sharing`` where
+the tree has it, issue 35; an older tree shares what it can through ``limits.backend: redis``);
+pd-loadtest sends its requests round robin over the N. ``--tree DIR`` runs the gateway (and its
+command line) from another checkout (``PYTHONPATH``), e.g. ``git archive main`` unpacked.
 
 ``--time-scale X`` multiplies every simulated time by X and divides the offered rates by X
 (sending X times longer, so the sample counts stay): the same runs relative to the engines'
@@ -115,17 +121,58 @@ def merged(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Stack:
     url: str
+    """The gateways' base URLs, ``|`` between them (pd-loadtest sends round robin)."""
     keys: dict[str, str]  # environment variable -> key
     sims: dict[str, str]
-    log: Path  # the gateway's output (its access log with an overlay's server.access_log)
+    logs: tuple[Path, ...]  # each gateway's output (its access log with server.access_log)
 
 
-def _cli(db_url: str, *args: str) -> str:
+@dataclass(frozen=True)
+class Gateways:
+    """How many gateway processes, and whose code they run (None: this tree)."""
+
+    count: int = 1
+    tree: Path | None = None
+
+    def env(self) -> dict[str, str]:
+        env = {**os.environ, **HASH_ENV}
+        if self.tree is not None:
+            inherited = os.environ.get("PYTHONPATH")
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.tree), inherited) if p)
+        return env
+
+    def sharing(self, redis_url: str) -> dict[str, Any]:
+        """The config that makes N gateways one: the limits on Redis, and the load book shared
+        where the tree has ``load_sharing`` (else what the tree shares through the limits)."""
+        root = self.tree or Path(__file__).resolve().parent.parent
+        shared: dict[str, Any] = {"limits": {"backend": "redis", "redis_url": redis_url}}
+        if (root / "gateway" / "routing" / "load_config.py").exists():
+            shared["load_sharing"] = {"backend": "redis", "redis_url": redis_url}
+        return shared
+
+
+def _cli(db_url: str, gateways: Gateways, *args: str) -> str:
     done = subprocess.run(
         [PYTHON, "-m", "gateway", *args, "--database-url", db_url],
-        capture_output=True, text=True, timeout=120, check=True, env={**os.environ, **HASH_ENV},
+        capture_output=True, text=True, timeout=120, check=True, env=gateways.env(),
     )  # fmt: skip
     return done.stdout.strip()
+
+
+def _start_redis(procs: Processes, folder: Path) -> str:
+    sock = folder / "redis.sock"
+    proc = subprocess.Popen(
+        ["redis-server", "--port", "0", "--unixsocket", str(sock), "--save", "",
+         "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    procs.procs.append(proc)
+    deadline = time.monotonic() + 10
+    while not sock.exists():
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError("redis-server did not start")
+        time.sleep(0.02)
+    return f"unix://{sock}"
 
 
 def _start_sim(procs: Processes, args: list[str]) -> str:
@@ -138,37 +185,49 @@ def _start_sim(procs: Processes, args: list[str]) -> str:
 
 
 @contextmanager
-def stack(overlay: dict[str, Any] | None, engines: Engines) -> Iterator[Stack]:
-    """Fresh simulators (empty caches and queues), keys for both tenants, one gateway."""
+def stack(
+    overlay: dict[str, Any] | None, engines: Engines, gateways: Gateways = Gateways()
+) -> Iterator[Stack]:
+    """Fresh simulators (empty caches and queues), keys for both tenants, the gateways (more
+    than one: on a fresh Redis of their own)."""
     procs = Processes()
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
         try:
             db_url = f"sqlite:///{tmp}/gateway.db"
             keys = {}
             for tenant in TENANTS:
-                _cli(db_url, "tenants", "create", tenant)
+                _cli(db_url, gateways, "tenants", "create", tenant)
                 keys[f"{tenant.upper()}_KEY"] = _cli(
-                    db_url, "keys", "create", "--tenant", tenant, "--name", "bench",
+                    db_url, gateways, "keys", "create", "--tenant", tenant, "--name", "bench",
                     "--print-secret-only",
                 )  # fmt: skip
             pd, colo = _start_sim(procs, engines.args(True)), _start_sim(procs, engines.args(False))
-            port = free_port()
-            config = gateway_config(pd, colo, db_url, port)
-            if overlay:
-                config = merged(config, overlay)
-            path = Path(tmp) / "gateway.yaml"
-            path.write_text(yaml.safe_dump(config))
-            log = (Path(tmp) / "gateway.log").open("wb")
-            gateway = subprocess.Popen(
-                [PYTHON, "-m", "gateway", "run", "--config", str(path)],
-                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **HASH_ENV},
-            )  # fmt: skip
-            procs.procs.append(gateway)
-            url = f"http://127.0.0.1:{port}"
-            wait_http(url + "/healthz", timeout=60)
-            if gateway.poll() is not None:
-                raise RuntimeError((Path(tmp) / "gateway.log").read_text()[-3000:])
-            yield Stack(url, keys, {"pd": pd, "colocated": colo}, Path(tmp) / "gateway.log")
+            shared = None
+            if gateways.count > 1:
+                shared = gateways.sharing(_start_redis(procs, Path(tmp)))
+            urls, logs = [], []
+            for n in range(gateways.count):
+                port = free_port()
+                config = gateway_config(pd, colo, db_url, port)
+                if shared:
+                    config = merged(config, shared)
+                if overlay:
+                    config = merged(config, overlay)
+                path = Path(tmp) / f"gateway-{n}.yaml"
+                path.write_text(yaml.safe_dump(config))
+                logs.append(Path(tmp) / f"gateway-{n}.log")
+                gateway = subprocess.Popen(
+                    [PYTHON, "-m", "gateway", "run", "--config", str(path)],
+                    stdout=logs[-1].open("wb"), stderr=subprocess.STDOUT, env=gateways.env(),
+                )  # fmt: skip
+                procs.procs.append(gateway)
+                urls.append(f"http://127.0.0.1:{port}")
+            for url, log, gateway in zip(urls, logs, procs.procs[-gateways.count :], strict=True):
+                wait_http(url + "/healthz", timeout=60)
+                if gateway.poll() is not None:
+                    raise RuntimeError(log.read_text()[-3000:])
+            sims = {"pd": pd, "colocated": colo}
+            yield Stack("|".join(u + "/v1" for u in urls), keys, sims, tuple(logs))
         finally:
             procs.stop()
 
@@ -179,7 +238,7 @@ def pd_loadtest(
     """Run pd-loadtest against the gateway; its report.json."""
     cmd = [
         PYTHON, "-m", "loadtests.pdload", "--no-progress", "--no-plots",
-        "--target", f"gw={s.url}/v1", "--model", MODEL, "--api-key-env", "QUIET_KEY",
+        "--target", f"gw={s.url}", "--model", MODEL, "--api-key-env", "QUIET_KEY",
         "--tokenizer", "words", "--timeout", f"{timeout:g}", "--out", str(out), *args,
     ]  # fmt: skip
     for tenant in tenants:
@@ -188,7 +247,8 @@ def pd_loadtest(
     done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **s.keys})
     if done.returncode != 0:
         raise RuntimeError(f"pd-loadtest failed ({done.returncode}): {done.stderr[-2000:]}")
-    shutil.copyfile(s.log, out / "gateway.log")
+    for n, log in enumerate(s.logs):
+        shutil.copyfile(log, out / ("gateway.log" if n == 0 else f"gateway-{n}.log"))
     return json.loads((out / "report.json").read_text())
 
 
@@ -204,7 +264,11 @@ def _pct(v: float | None) -> str:
 
 
 def cache_experiment(
-    overlay: dict[str, Any] | None, out: Path, quick: bool, engines: Engines
+    overlay: dict[str, Any] | None,
+    out: Path,
+    quick: bool,
+    engines: Engines,
+    gateways: Gateways = Gateways(),
 ) -> list[str]:
     conversations, turns = 16, 6
     requests = conversations * turns * (1 if quick else 2)
@@ -213,7 +277,7 @@ def cache_experiment(
         "--prefix-tokens", "600", "--input-tokens", "100", "--output-tokens", "24",
         "--rate", f"{4 / engines.scale:g}", "--requests", str(requests), "--arrival", "poisson",
     ]  # fmt: skip
-    with stack(overlay, engines) as s:
+    with stack(overlay, engines, gateways) as s:
         data = pd_loadtest(s, out, args)
     step = data["targets"][0]["steps"][0]
     total = step["summary"]
@@ -247,7 +311,11 @@ TENANT_ARGS = ["--workload", "fixed", "--input-tokens", "100", "--output-tokens"
 
 
 def tenants_experiment(
-    overlay: dict[str, Any] | None, out: Path, quick: bool, engines: Engines
+    overlay: dict[str, Any] | None,
+    out: Path,
+    quick: bool,
+    engines: Engines,
+    gateways: Gateways = Gateways(),
 ) -> list[str]:
     cap = engines.capacity(16, 100)
     seconds = round((8 if quick else 15) * engines.scale)
@@ -262,7 +330,7 @@ def tenants_experiment(
     runs = (("quiet alone", [f"quiet={0.2 * cap:.3f}"]),
             ("quiet + loud", [f"loud={5 * cap:.3f}", f"quiet={0.2 * cap:.3f}"]))  # fmt: skip
     for label, tenants in runs:
-        with stack(overlay, engines) as s:
+        with stack(overlay, engines, gateways) as s:
             data = pd_loadtest(
                 s, out / label.replace(" ", "-"),
                 [*TENANT_ARGS, "--rate", "1", "--duration", str(seconds)], tenants,
@@ -278,14 +346,18 @@ def tenants_experiment(
 
 
 def overload_experiment(
-    overlay: dict[str, Any] | None, out: Path, quick: bool, engines: Engines
+    overlay: dict[str, Any] | None,
+    out: Path,
+    quick: bool,
+    engines: Engines,
+    gateways: Gateways = Gateways(),
 ) -> list[str]:
     cap = engines.capacity(16, 100)
     factors = (0.5, 1.0, 2.0, 3.0) if quick else (0.5, 1.0, 1.5, 2.0, 3.0)
     rates = ",".join(f"{cap * x:.2f}" for x in factors)
     seconds = round((6 if quick else 10) * engines.scale)
     slo_ms = round(1000 * engines.scale)
-    with stack(overlay, engines) as s:
+    with stack(overlay, engines, gateways) as s:
         data = pd_loadtest(
             s, out,
             [*TENANT_ARGS, "--rate", rates, "--duration", str(seconds),
@@ -328,7 +400,12 @@ def main() -> None:
     parser.add_argument(
         "--time-scale", type=float, default=1.0, help="multiply every simulated time by this"
     )
+    parser.add_argument(
+        "--gateways", type=int, default=1, help="gateway processes on one Redis (round robin)"
+    )
+    parser.add_argument("--tree", type=Path, help="run the gateway from this checkout")
     args = parser.parse_args()
+    gateways = Gateways(max(1, args.gateways), args.tree)
     variants: list[tuple[str, dict[str, Any] | None]] = []
     if args.overlay is None or args.baseline:
         variants.append(("baseline", None))
@@ -337,12 +414,13 @@ def main() -> None:
     names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
     engines = Engines(args.time_scale)
     print(f"PD sim: {' '.join(engines.args(True))}")
-    print(f"colocated sim: {' '.join(engines.args(False))}\n")
+    print(f"colocated sim: {' '.join(engines.args(False))}")
+    print(f"gateways: {gateways.count}, tree {gateways.tree or 'this one'}\n")
     for name in names:
         for label, overlay in variants:
             started = time.monotonic()
             folder = args.out / name / label.split()[0]
-            lines = EXPERIMENTS[name](overlay, folder, args.quick, engines)
+            lines = EXPERIMENTS[name](overlay, folder, args.quick, engines, gateways)
             took = time.monotonic() - started
             print(f"### {name}, {label} ({took:.0f} s)\n")
             print("\n".join(lines), "\n", flush=True)

@@ -60,7 +60,9 @@ class RoutingAdmin:
             "pools": {
                 name: {
                     **load_status(pool),
-                    "replicas": [{**replica_status(r), "url": r.label} for r in pool.replicas],
+                    "replicas": [
+                        {**replica_status(pool, r), "url": r.label} for r in pool.replicas
+                    ],
                 }
                 for name, pool in table.pools.items()
             },

@@ -47,6 +47,7 @@ from gateway.proxy.stages import Admitted, Ended, Exchange
 from gateway.response_store.service import StoredResponses, Turn
 from gateway.responses_translation.translator import translator_for
 from gateway.routing.attempts import Attempt
+from gateway.routing.load import LoadSnapshot
 from gateway.routing.outcomes import OutcomeFeed
 from gateway.routing.pools import Pool, Replica
 from gateway.routing.predicted import Objective
@@ -106,8 +107,10 @@ class Pipeline:
         with self.state.table.serving() as table:  # this request's snapshot, to the end
             admitted = await self._admit(incoming, sink, table, slot)
             if admitted is not None:
+                principal = incoming.principal
+                tenant = "" if principal is None else principal.tenant_id
                 exchange = Exchange.open(
-                    incoming.arrival, table, admitted, sink, self.state.tracing
+                    incoming.arrival, table, admitted, sink, self.state.tracing, tenant
                 )
                 ended = None
                 try:
@@ -182,9 +185,11 @@ class Pipeline:
                     exchange.admitted.prompt,
                     objective=lambda: _objective(exchange.table.config, incoming),
                 )
+                load = None
                 if gate is not None and waited is not None:  # holds its reservation meanwhile
                     await gate.wait(waited, plan, exchange.request, exchange.admitted.prompt)
-                ending = await self._serve(incoming, exchange, plan)
+                    load = waited.load  # the snapshot it passed on: dispatch's first choice
+                ending = await self._serve(incoming, exchange, plan, load)
         except asyncio.CancelledError as cancelled:
             if watch.client_gone():
                 ending = Ending.CLIENT_GONE
@@ -198,11 +203,15 @@ class Pipeline:
             ending, error = Ending.GATEWAY_ERROR, bug
         finally:
             watch.stop()
-            if gate is not None and waited is not None:
-                gate.done(waited)  # its replica is back: its tenant holds one place less
         return Ended(ending, plan, error, waited)
 
-    async def _serve(self, incoming: Incoming, exchange: Exchange, plan: RoutePlan) -> Ending:
+    async def _serve(
+        self,
+        incoming: Incoming,
+        exchange: Exchange,
+        plan: RoutePlan,
+        load: LoadSnapshot | None = None,
+    ) -> Ending:
         request, arrival, attempts = exchange.request, exchange.arrival, exchange.attempts
         translated_path, native_path = self.paths[incoming.operation]
 
@@ -217,7 +226,8 @@ class Pipeline:
                 response = await pool.client.send(replica.url + path, headers, body)
                 return span.answered(response)
 
-        attempt = await exchange.table.routing.dispatcher.first_answer(plan, send_via, attempts)
+        dispatcher = exchange.table.routing.dispatcher
+        attempt = await dispatcher.first_answer(plan, send_via, attempts, load)
         headers = [*exchange.admitted.reservation.headers, *attempts.route.headers()]
         native = _native(request, attempt.pool)
         translator = translator_for(

@@ -64,9 +64,11 @@ class Exchange:
         admitted: Admitted,
         sink: Sink,
         tracing: Tracing,
+        tenant: str = "",
     ) -> Exchange:
+        """``tenant``: whose places the replicas taken hold (flow control's reserve)."""
         request = admitted.request
-        attempts = Attempts(streamed=request.stream)
+        attempts = Attempts(streamed=request.stream, tenant=tenant)
         relay = Relay(sink, strip_usage=request.strip_usage, on_first_byte=attempts.first_token)
         return cls(
             arrival, table, admitted, relay, attempts, UpstreamAttempts(tracing, arrival, request)

@@ -22,6 +22,7 @@ from collections.abc import Collection
 from types import TracebackType
 
 from gateway.errors import GatewayError, UpstreamTimeout
+from gateway.routing.load import Hold, LoadSnapshot, PoolSnapshot
 from gateway.routing.pools import Pool, Replica
 from gateway.routing.router import RoutePlan
 from gateway.upstream.client import UpstreamConnectError, UpstreamResponse
@@ -41,21 +42,21 @@ class Attempt:
 class Attempts:
     """See the module docstring."""
 
-    __slots__ = ("_held", "_starting", "_tokens", "answer", "route", "streamed")
+    __slots__ = ("_held", "_hold", "answer", "route", "streamed", "tenant")
 
-    def __init__(self, streamed: bool = False) -> None:
+    def __init__(self, streamed: bool = False, tenant: str = "") -> None:
         self.streamed = streamed
         """The request asked for a stream: each replica taken counts it as starting (its
-        pool's ``starting``) until :meth:`first_token`."""
-        self._starting = False
-        """The replica held counts this request as starting."""
+        pool's ``starting``, in the load book) until :meth:`first_token`."""
+        self.tenant = tenant
+        """Whose place each replica taken holds (flow control's reserve reads the book)."""
         self.route: RouteFacts = NOWHERE
         """The last attempt's route: where the request was served, or why no pool took it."""
         self.answer: Attempt | None = None
         """The attempt that answered, until it is settled."""
         self._held: tuple[Pool, Replica] | None = None
-        self._tokens = 0
-        """The prompt tokens counted on each replica taken (the pools' own load view)."""
+        self._hold: Hold | None = None
+        """The load book's count of the replica held (the attempt sending, or the answer)."""
 
     @property
     def sent(self) -> bool:
@@ -79,12 +80,18 @@ class Attempts:
         elif self._held is not None:  # cancelled while sending: failed() was not reached
             pool, replica = self._held
             self._held = None
-            pool.give_back(replica, self._tokens, self._was_starting())
+            self._give_back(pool)
             replica.breaker.abandon()
 
     def unavailable(self, variant: str, why: str) -> None:
         """No pool of the plan could take the request (nothing taken, nothing sent)."""
         self.route = RouteFacts(variant, None, None, why)
+
+    def snapshot(self, plan: RoutePlan) -> LoadSnapshot:
+        """A fresh snapshot of the plan's pools for this request (no gate's to reuse)."""
+        return plan.preferred.book.snapshot(
+            (pool for pool, _ in plan.pools), tenant=self.tenant, matches=plan.matches
+        )
 
     def take(
         self,
@@ -93,19 +100,27 @@ class Attempts:
         variant: str,
         why: str,
         plan: RoutePlan | None = None,
+        load: PoolSnapshot | None = None,
     ) -> Replica:
         """A replica of ``pool`` (none of ``tried``), held until it is given back; ``plan``: the
         replica scorers' inputs, the prompt tokens counted on it while held, the prompt's blocks
-        recorded in the pool's prefix index."""
+        recorded in the pool's prefix index. ``load``: the request's snapshot of the pool, the
+        choice's figures (none: the book's now)."""
         starting = self.streamed
         if plan is None:
-            replica = pool.take(tried, starting=starting)
+            hold = pool.take(tried, starting=starting, tenant=self.tenant, load=load)
         else:
-            self._tokens = plan.prompt_tokens
-            replica = pool.take(
-                tried, plan.scores(pool), plan.prompt_tokens, plan.blocks, starting=starting
+            hold = pool.take(
+                tried,
+                plan.scores(pool),
+                plan.prompt_tokens,
+                plan.blocks,
+                starting,
+                tenant=self.tenant,
+                load=load,
             )
-        self._starting = starting
+        replica = hold.replica
+        self._hold = hold
         self._held = (pool, replica)
         predicted = None
         if plan is not None and plan.predicted is not None:
@@ -144,12 +159,13 @@ class Attempts:
     def first_token(self) -> None:
         """The answer's first bytes of stream came back: its pool stops counting it as
         starting (once; a no-op for a request not counted)."""
-        if self.answer is not None and self._was_starting():
-            self.answer.pool.started()
+        if self.answer is not None and self._hold is not None:
+            self.answer.pool.book.first_token(self._hold)
 
-    def _was_starting(self) -> bool:
-        starting, self._starting = self._starting, False
-        return starting
+    def _give_back(self, pool: Pool) -> None:
+        hold, self._hold = self._hold, None
+        if hold is not None:
+            pool.give_back(hold)
 
     def settle(self, failure: str | None, *, reusable: bool, abandoned: bool = False) -> None:
         """The answer's connection back to the pool (or dropped), its replica freed, its breaker
@@ -162,7 +178,7 @@ class Attempts:
             attempt.response.release()
         else:  # unread bytes or a cancelled read: the connection cannot be reused
             attempt.response.abort()
-        attempt.pool.give_back(attempt.replica, self._tokens, self._was_starting())
+        self._give_back(attempt.pool)
         if abandoned:
             attempt.replica.breaker.abandon()
         else:
@@ -171,7 +187,7 @@ class Attempts:
     def _release(self) -> tuple[Pool, Replica]:
         pool, replica = self._held or _nothing_held()
         self._held = None
-        pool.give_back(replica, self._tokens, self._was_starting())
+        self._give_back(pool)
         return pool, replica
 
 

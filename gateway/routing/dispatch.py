@@ -25,6 +25,7 @@ from gateway.bucket import Bucket
 from gateway.errors import NoHealthyUpstream
 from gateway.routing.attempts import Attempt, Attempts
 from gateway.routing.config import RetryConfig
+from gateway.routing.load import LoadSnapshot
 from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.pools import Pool, Replica
 from gateway.routing.router import RoutePlan
@@ -69,15 +70,24 @@ class Dispatcher:
         self.budget = budget or RetryBudget(config)
         self.metrics = metrics
 
-    async def first_answer(self, plan: RoutePlan, send_to: SendTo, attempts: Attempts) -> Attempt:
+    async def first_answer(
+        self,
+        plan: RoutePlan,
+        send_to: SendTo,
+        attempts: Attempts,
+        load: LoadSnapshot | None = None,
+    ) -> Attempt:
         """The first attempt that answered (retries and failover done), its replica held by
-        ``attempts`` until settled. Raises the gateway error of the last failed attempt."""
+        ``attempts`` until settled. Raises the gateway error of the last failed attempt.
+        ``load``: the snapshot flow control let the request through on, which the first choice
+        reads (a retry, or no gate, reads a fresh one)."""
         self.budget.on_request()
         tried: list[Replica] = []
         number = 0
         while True:
             try:
-                pool, replica = self._take(plan, tried, attempts)
+                pool, replica = self._take(plan, tried, attempts, load)
+                load = None  # spent: what follows the first attempt sees the load then
             except NoHealthyUpstream:
                 if plan.fallback is None:
                     raise
@@ -122,7 +132,7 @@ class Dispatcher:
         return plan.fallback
 
     def _may_retry(self, plan: RoutePlan, pool: Pool, cause: str, tried: list[Replica]) -> bool:
-        if not _any_left(plan, tried):
+        if not _any_left(plan, tried, pool.book.snapshot(p for p, _ in plan.pools)):
             return False
         if not self.budget.try_spend():
             self.metrics.retries_refused.labels(plan.model).inc()
@@ -131,11 +141,17 @@ class Dispatcher:
         return True
 
     def _take(
-        self, plan: RoutePlan, tried: list[Replica], attempts: Attempts
+        self,
+        plan: RoutePlan,
+        tried: list[Replica],
+        attempts: Attempts,
+        load: LoadSnapshot | None,
     ) -> tuple[Pool, Replica]:
         variant = plan.variant.name
+        if load is None or any(pool.name not in load.pools for pool, _ in plan.pools):
+            load = attempts.snapshot(plan)
         try:
-            pool, reason, skipped = _pick(plan, tried)
+            pool, reason, skipped = _pick(plan, tried, load)
         except _NoPool as none:
             attempts.unavailable(variant, plan.pools[0][1] + "+unavailable")
             raise NoHealthyUpstream(
@@ -143,14 +159,20 @@ class Dispatcher:
                 headers={"retry-after": "1"},
             ) from None
         why = reason if skipped is None else f"{reason}+failover_{skipped}"
-        return pool, attempts.take(pool, tried, variant, why, plan)
+        return pool, attempts.take(pool, tried, variant, why, plan, load.pool(pool.name))
 
 
-def _pick(plan: RoutePlan, tried: list[Replica]) -> tuple[Pool, str, str | None]:
+def _saturated(pool: Pool, load: LoadSnapshot) -> bool:
+    return load.pool(pool.name).saturation(pool.config) is not None
+
+
+def _pick(
+    plan: RoutePlan, tried: list[Replica], load: LoadSnapshot
+) -> tuple[Pool, str, str | None]:
     """The first pool of the plan that can take the request; why the preferred one could not."""
     skipped: str | None = None
     for pool, reason in plan.pools:
-        if pool.saturated:
+        if _saturated(pool, load):
             why = "saturated"  # the bound is in the pool's saturation (metrics, admin view)
         elif any(r.available and r not in tried for r in pool.replicas):
             return pool, reason, skipped
@@ -159,17 +181,17 @@ def _pick(plan: RoutePlan, tried: list[Replica]) -> tuple[Pool, str, str | None]
         else:
             why = "unhealthy"
         skipped = skipped or why
-    raise _NoPool(" and ".join(sorted({_why_not(pool) for pool, _ in plan.pools})))
+    raise _NoPool(" and ".join(sorted({_why_not(pool, load) for pool, _ in plan.pools})))
 
 
-def _why_not(pool: Pool) -> str:
-    if pool.saturated:
+def _why_not(pool: Pool, load: LoadSnapshot) -> str:
+    if _saturated(pool, load):
         return f"pool {pool.name} saturated"
     return f"pool {pool.name} unavailable"
 
 
-def _any_left(plan: RoutePlan, tried: list[Replica]) -> bool:
+def _any_left(plan: RoutePlan, tried: list[Replica], load: LoadSnapshot) -> bool:
     return any(
-        not pool.saturated and any(r.available and r not in tried for r in pool.replicas)
+        not _saturated(pool, load) and any(r.available and r not in tried for r in pool.replicas)
         for pool, _ in plan.pools
     )

@@ -1,31 +1,47 @@
-"""The gateway's own load view, shared by every gateway replica through the rate limits' Redis.
+"""The load book shared by every gateway replica through one Redis (``load_sharing``).
 
-Each replica sends its requests and prompt tokens in flight per pool every ``interval`` seconds,
-and reads back the sum of the other replicas' (``pool.others``), in one script call for all
-pools. A replica's entry is ``in_flight tokens at`` in the hash ``{PREFIX:load}:POOL`` (one hash
-tag: Redis Cluster keeps them in one slot), stamped with Redis's own clock; entries older than
-``max_age`` are dropped and not counted, so a replica that died stops counting within it::
+:class:`RedisLoadBook` is the local book (gateway/routing/load.py) plus the other replicas'
+figures: in flight, starting and prompt tokens per pool and replica, places held per tenant (flow
+control's reserve), and prefix hints (a prompt's block names, blake2b, and the replica they were
+sent to). Every replica writes its own figures as one entry, ``at json``, in the hash
+``{PREFIX}:load`` (one hash tag: Redis Cluster keeps the keys in one slot), stamped with Redis's
+own clock, and reads back the others' in the same script call; entries older than ``max_age``
+are dropped, so a replica that died stops counting within it. Hints go to the stream
+``{PREFIX}:hints`` (capped at ``max_hints`` entries) and each replica reads what the others added
+since its last read, in the same round trip::
 
-    shared = SharedLoad(redis, prefix="gw")
-    await shared.exchange(pools)            # pool.others updated
-    task = asyncio.create_task(shared.run(lambda: state.table.pools.values()))
+    book = RedisLoadBook.from_config(config.load_sharing)
+    await book.start()                      # the exchange task
+    book.take(...); book.give_back(hold)    # as the local book; each change wakes the exchange
+    await book.aclose()
 
-Requests never wait on Redis: an unreachable Redis leaves each replica its own view
-(``others`` back to zero), logged once, never an error.
+When it exchanges: as soon as a figure changed (a take, a first token, a give-back), one exchange
+at a time (changes meanwhile are coalesced into the next), and every ``interval`` seconds while
+nothing changes (to stay fresh). So another replica's view lags by about one round trip under
+load, not by the interval (README, issue 35: why not an atomic script per take).
+
+Requests never wait on Redis: an unreachable Redis leaves each replica its own view (the others'
+figures back to zero), logged once, never an error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable
 from typing import Any
 
+import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from gateway.routing.pools import Pool
+from gateway.routing.load import LocalLoadBook, Others
+from gateway.routing.load_config import LoadSharingConfig
+from gateway.routing.prefix import PromptBlocks
 
 logger = logging.getLogger(__name__)
 
@@ -34,76 +50,208 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local me = ARGV[1]
 local max_age = tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], me, tostring(now) .. ' ' .. ARGV[3])
+redis.call('PEXPIRE', KEYS[1], math.ceil(max_age * 1000) + 1000)
+local all = redis.call('HGETALL', KEYS[1])
 local out = {}
-for k = 1, #KEYS do
-  redis.call('HSET', KEYS[k], me, ARGV[2 + k] .. ' ' .. tostring(now))
-  redis.call('PEXPIRE', KEYS[k], math.ceil(max_age * 1000) + 1000)
-  local all = redis.call('HGETALL', KEYS[k])
-  local n, tokens = 0, 0
-  for i = 1, #all, 2 do
-    if all[i] ~= me then
-      local a, b, at = string.match(all[i + 1], '(%S+) (%S+) (%S+)')
-      if at and now - tonumber(at) <= max_age then
-        n = n + tonumber(a)
-        tokens = tokens + tonumber(b)
-      else
-        redis.call('HDEL', KEYS[k], all[i])
-      end
+for i = 1, #all, 2 do
+  if all[i] ~= me then
+    local space = string.find(all[i + 1], ' ', 1, true)
+    local at = space and tonumber(string.sub(all[i + 1], 1, space - 1))
+    if at and now - at <= max_age then
+      out[#out + 1] = string.sub(all[i + 1], space + 1)
+    else
+      redis.call('HDEL', KEYS[1], all[i])
     end
   end
-  out[k] = {n, tokens}
 end
 return out
 """
 
+MAX_HINT_BLOCKS = 512
+"""Block names of one hint kept at most (a prompt's are bounded by its model's
+``prefix.max_prompt_blocks``; this bounds what is read from another replica)."""
 
-class SharedLoad:
+
+class RedisLoadBook(LocalLoadBook):
+    """See the module docstring."""
+
     def __init__(
         self,
         redis: aioredis.Redis,
+        config: LoadSharingConfig,
+        clock: Callable[[], float] = time.monotonic,
         *,
-        prefix: str,
-        interval: float = 0.5,
-        max_age: float = 2.0,
         replica_id: str | None = None,
     ) -> None:
+        super().__init__(clock)
         self.redis = redis
-        self.prefix = prefix
-        self.interval = interval
-        self.max_age = max_age
+        self.config = config
         self.replica_id = replica_id or uuid.uuid4().hex[:12]
-        self._script: Any = redis.register_script(EXCHANGE)
+        self._key = f"{{{config.key_prefix}}}:load"
+        self._hints_key = f"{{{config.key_prefix}}}:hints"
+        self._outbox: deque[tuple[str, str, tuple[int, ...]]] = deque(maxlen=config.max_hints)
+        self._last_hint = "0-0"
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
         self._failing = False
+        self.exchanges = 0
+        """Exchanges made (a test waits on it)."""
 
     @classmethod
-    def from_url(cls, url: str, *, prefix: str, timeout: float) -> SharedLoad:
-        client = aioredis.Redis.from_url(url, socket_timeout=timeout, max_connections=2)
-        return cls(client, prefix=prefix)
+    def from_config(
+        cls, config: LoadSharingConfig, clock: Callable[[], float] = time.monotonic
+    ) -> RedisLoadBook:
+        """The book on its own client: one connection is enough (one exchange at a time)."""
+        assert config.redis_url is not None  # the config validator requires it
+        client = aioredis.Redis.from_url(
+            config.redis_url,
+            socket_timeout=config.timeout_seconds,
+            socket_connect_timeout=config.timeout_seconds,
+            max_connections=2,
+        )
+        return cls(client, config, clock)
 
-    async def exchange(self, pools: Iterable[Pool]) -> None:
-        pools = list(pools)
-        if not pools:
-            return
-        keys = [f"{{{self.prefix}:load}}:{pool.name}" for pool in pools]
-        args = [self.replica_id, self.max_age]
-        args += [f"{pool.in_flight} {pool.prompt_tokens}" for pool in pools]
-        try:
-            found = await self._script(keys=keys, args=args)
-        except (RedisError, OSError) as err:
-            if not self._failing:
-                logger.warning("shared load unavailable", extra={"fields": {"error": str(err)}})
-            self._failing = True
-            for pool in pools:
-                pool.others = (0, 0)  # the gateway's own view alone
-            return
-        self._failing = False
-        for pool, (others, tokens) in zip(pools, found, strict=True):
-            pool.others = (int(others), int(tokens))
+    @property
+    def stable_hashes(self) -> bool:
+        return True  # the hints name blocks the same way in every process
 
-    async def run(self, pools: Callable[[], Iterable[Pool]]) -> None:
-        while True:
-            await self.exchange(pools())
-            await asyncio.sleep(self.interval)
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run())
 
     async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
         await self.redis.aclose()
+
+    def _changed(self) -> None:
+        self._wake.set()  # the exchange task sends it as soon as the one in flight is done
+
+    def _recorded(self, pool: str, label: str, blocks: PromptBlocks) -> None:
+        if self.config.max_hints:
+            self._outbox.append((pool, label, blocks.hashes[:MAX_HINT_BLOCKS]))
+
+    async def _run(self) -> None:
+        interval = self.config.interval_seconds
+        while True:
+            self._wake.clear()  # what changes from here on is in the next exchange
+            await self.exchange()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval):
+                    await self._wake.wait()
+
+    async def exchange(self) -> None:
+        """Send this replica's figures and hints; read the others' (one round trip)."""
+        hints = list(self._outbox)
+        self._outbox.clear()
+        pipe = self.redis.pipeline(transaction=False)
+        # EVAL, not EVALSHA: a pipeline would ask SCRIPT EXISTS first, a second round trip.
+        mine = self._mine()
+        pipe.eval(EXCHANGE, 1, self._key, self.replica_id, self.config.max_age_seconds, mine)
+        for pool, label, names in hints:
+            entry: dict[Any, Any] = {
+                "g": self.replica_id,
+                "p": pool,
+                "r": label,
+                "h": _names(names),
+            }
+            pipe.xadd(self._hints_key, entry, maxlen=self.config.max_hints, approximate=True)
+        if self.config.max_hints:
+            pipe.xread({self._hints_key: self._last_hint}, count=self.config.max_hints)
+        try:
+            async with asyncio.timeout(self.config.timeout_seconds):
+                results = await pipe.execute()
+        except (RedisError, OSError, TimeoutError) as err:
+            self._lost(err)
+            return
+        if self._failing:
+            logger.info("shared load back")
+        self._failing = False
+        self.exchanges += 1
+        self._read_others(results[0])
+        if self.config.max_hints:
+            self._read_hints(results[-1])
+
+    def _mine(self) -> bytes:
+        pools = {}
+        for name, book in self._pools.items():
+            replicas = {
+                label: (c.outstanding, c.prompt_tokens)
+                for label, c in book.replicas.items()
+                if c.outstanding
+            }
+            pools[name] = (book.starting, replicas)
+        return orjson.dumps({"p": pools, "t": self._held})
+
+    def _read_others(self, blobs: list[bytes]) -> None:
+        sums: dict[str, Others] = {}
+        held: dict[str, int] = {}
+        for blob in blobs:
+            try:
+                found = orjson.loads(blob)
+                pools, tenants = found["p"], found["t"]
+                for name, (starting, replicas) in pools.items():
+                    others = sums.setdefault(name, Others(replicas={}))
+                    others.starting += int(starting)
+                    for label, (out, tokens) in replicas.items():
+                        was = others.replicas.get(label, (0, 0))
+                        others.replicas[label] = (was[0] + int(out), was[1] + int(tokens))
+                        others.in_flight += int(out)
+                        others.prompt_tokens += int(tokens)
+                for tenant, count in tenants.items():
+                    held[tenant] = held.get(tenant, 0) + int(count)
+            except (ValueError, KeyError, TypeError):  # another version's entry: not counted
+                continue
+        freed = any(held.get(t, 0) < n for t, n in self.others_held.items())
+        for name, book in self._pools.items():
+            others = sums.get(name, Others())
+            if others.in_flight < book.others.in_flight or others.starting < book.others.starting:
+                freed = True
+            book.others = others
+        self.others_held = held
+        own = self._held
+        self.others_most = max((n + own.get(t, 0) for t, n in held.items()), default=0)
+        if freed:  # a place freed on another gateway: this one's queue may grant it now
+            self._tell()
+
+    def _read_hints(self, found: Any) -> None:
+        for _stream, entries in found or ():
+            for entry_id, fields in entries:
+                self._last_hint = _text(entry_id)
+                if _text(fields.get(b"g", b"")) == self.replica_id:
+                    continue
+                book = self._pools.get(_text(fields.get(b"p", b"")))
+                if book is None or book.prefix is None:
+                    continue
+                index = book.index_of.get(_text(fields.get(b"r", b"")))
+                names = _parse_names(fields.get(b"h", b""))
+                if index is not None and names:
+                    book.prefix.record(PromptBlocks(names, 0, 1), index)
+
+    def _lost(self, err: BaseException) -> None:
+        if not self._failing:
+            logger.warning("shared load unavailable", extra={"fields": {"error": repr(err)}})
+        self._failing = True
+        for book in self._pools.values():
+            book.others = Others()  # the gateway's own view alone
+        self.others_held = {}
+        self.others_most = 0
+
+
+def _names(names: tuple[int, ...]) -> str:
+    return ",".join(map(str, names))
+
+
+def _parse_names(raw: bytes) -> tuple[int, ...]:
+    try:
+        return tuple(int(n) for n in raw.split(b",")[:MAX_HINT_BLOCKS] if n)
+    except ValueError:
+        return ()
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw

@@ -10,7 +10,7 @@ the replica with the highest weighted sum is chosen (``best_replica``), ties goi
 rotation::
 
     scores = ReplicaScores(weights, match.replica_blocks, len(match.blocks.hashes))
-    replica = best_replica(pool.replicas, start, exclude=(), scores=scores)
+    replica = best_replica(pool.replicas, start, (), scores, snapshot.pool(pool.name))
 
 The scorers are named plugins (gateway/routing/scorers.py: the registry, the views they read,
 how to add one); the built-in ones, each 0 to 1:
@@ -28,13 +28,16 @@ against decode blocks, weighted 1:1) also gives up on overlap. See README, "Serv
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from gateway.routing.config import PoolConfig, ScorerWeights
 from gateway.routing.filters import PoolLoad, filter_names, filters
-from gateway.routing.gauges import EngineGauges, EngineReading
+from gateway.routing.gauges import EngineReading
 from gateway.routing.outcomes import OutcomeBook
 from gateway.routing.scorers import PoolView, ReplicaView, scorer
+
+if TYPE_CHECKING:
+    from gateway.routing.load import PoolSnapshot, ReplicaLoad
 
 IN_FLIGHT = "in_flight"
 WAITING = "waiting"
@@ -70,12 +73,6 @@ class ReplicaLike(Protocol):
     def available(self) -> bool: ...
 
     @property
-    def outstanding(self) -> int: ...
-
-    @property
-    def gauges(self) -> EngineGauges | None: ...
-
-    @property
     def label(self) -> str: ...
 
 
@@ -104,22 +101,26 @@ def best_replica(
     start: int,
     exclude: Collection[R],
     scores: ReplicaScores,
-    pool: str = "",
+    load: PoolSnapshot,
     outcomes: OutcomeBook | None = None,
 ) -> R | None:
     """The available replica, not excluded, with the best weighted score (the registered
-    scorers the weights turn on, gateway/routing/scorers.py); from ``start`` on in rotation, so
-    equal scores spread. No scorer on: the fewest outstanding. ``outcomes``: the pool's book of
-    what each replica delivered (the outcome feed), for the scorers that read it."""
+    scorers the weights turn on, gateway/routing/scorers.py) on ``load``, the request's frozen
+    snapshot of the pool (``load.replicas[i]`` is ``replicas[i]``); from ``start`` on in
+    rotation, so equal scores spread. No scorer on: the fewest outstanding. ``outcomes``: the
+    pool's book of what each replica delivered (the outcome feed), for the scorers that read
+    it."""
     count = len(replicas)
     order = [(start + i) % count for i in range(count)]
     candidates = [i for i in order if replicas[i].available and replicas[i] not in exclude]
     if not candidates:
         return None
+    figures = load.replicas
     active = scores.weights.active
     if not active or len(candidates) == 1:
-        return min((replicas[i] for i in candidates), key=_outstanding)  # first of equals
-    view = _pool_view(replicas, candidates, scores, pool, outcomes)
+        fewest = min(candidates, key=lambda i: figures[i].outstanding)  # first of equals
+        return replicas[fewest]
+    view = _pool_view(figures, candidates, scores, load.name, outcomes)
     best = 0
     best_score = -1.0
     plugins = [(scorer(name), weight) for name, weight in active]
@@ -131,7 +132,7 @@ def best_replica(
 
 
 def _pool_view(
-    replicas: Sequence[R],
+    figures: Sequence[ReplicaLoad],
     candidates: Sequence[int],
     scores: ReplicaScores,
     pool: str,
@@ -141,21 +142,16 @@ def _pool_view(
     held = scores.prefix_blocks
     views = []
     for i in candidates:
-        replica = replicas[i]
-        gauges = replica.gauges
+        replica = figures[i]
         views.append(
             ReplicaView(
                 i,
                 replica.label,
                 replica.outstanding,
-                None if gauges is None else gauges.fresh(),
+                replica.engine,
                 held[i] if held else 0,
                 None if outcomes is None else outcomes.figures(replica.label),
             )
         )
     top = max(v.load for v in views)
     return PoolView(pool, tuple(views), scores.total_blocks, top)
-
-
-def _outstanding(replica: ReplicaLike) -> int:
-    return replica.outstanding

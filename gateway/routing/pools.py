@@ -1,4 +1,4 @@
-"""Upstream pools: replicas, least-outstanding-requests choice, health and saturation.
+"""Upstream pools: replicas, their choice, health and saturation (the load itself is the book's).
 
 A replica leaves the rotation when an active check fails (until one succeeds), or when its circuit
 breaker opens after consecutive failed requests (passive health; after ``breaker.open_seconds`` one
@@ -19,10 +19,10 @@ from gateway.errors import NoHealthyUpstream
 from gateway.redact import redact_url
 from gateway.routing.breaker import BreakerState, CircuitBreaker
 from gateway.routing.config import PoolConfig
-from gateway.routing.gauges import EngineGauges
+from gateway.routing.load import Hold, LocalLoadBook, PoolSnapshot
 from gateway.routing.outcomes import OutcomeBook
-from gateway.routing.policy import NO_SCORES, ReplicaScores, best_replica, saturation
-from gateway.routing.prefix import PrefixIndex, PromptBlocks
+from gateway.routing.policy import NO_SCORES, ReplicaScores, best_replica
+from gateway.routing.prefix import PromptBlocks
 from gateway.upstream.client import UpstreamClient
 
 logger = logging.getLogger(__name__)
@@ -38,17 +38,13 @@ class Replica:
     breaker: CircuitBreaker
     healthy: bool = True
     """The active check's verdict."""
-    outstanding: int = 0
-    prompt_tokens: int = 0
-    """Prompt tokens of the requests this gateway has in flight on the replica."""
-    gauges: EngineGauges | None = None
-    """The replica's own engine gauges, when the pool reads each replica's ``/metrics``."""
     last_error: str | None = None
     last_failure: str | None = None
     """Why the breaker last counted a failure (for /readyz and logs)."""
     label: str = field(init=False)
     """The URL as shown anywhere (logs, metrics, spans, admin views): credentials redacted.
-    Made once: every request's route facts, metrics and log line carry it."""
+    Made once: every request's route facts, metrics and log line carry it; the load book
+    counts the replica under it."""
 
     def __post_init__(self) -> None:
         self.label = redact_url(self.url)
@@ -60,14 +56,15 @@ class Replica:
 
 
 class Pool:
-    """Replicas of one pool; :meth:`take` picks the one with the fewest requests outstanding,
-    and :meth:`give_back` frees it (a request's take and give-back are owned by
-    :class:`gateway.routing.attempts.Attempts`)::
+    """Replicas of one pool, their health and breakers; the load on them is the load book's
+    (gateway/routing/load.py), which :meth:`take` and :meth:`give_back` write through::
 
-        replica = pool.take(exclude=tried)
-        ...  # send to replica.url
-        pool.give_back(replica)
+        hold = pool.take(exclude=tried)    # the best-scoring replica, counted in the book
+        ...  # send to hold.replica.url
+        pool.give_back(hold)
         pool.record(replica, failure)       # its breaker learns how it went (None: fine)
+
+    A request's take and give-back are owned by :class:`gateway.routing.attempts.Attempts`.
     """
 
     def __init__(
@@ -77,6 +74,7 @@ class Pool:
         clock: Callable[[], float] = time.monotonic,
         *,
         client: UpstreamClient | None = None,
+        book: LocalLoadBook | None = None,
     ) -> None:
         self.name = name
         self.config = config
@@ -84,25 +82,11 @@ class Pool:
         self.replicas = [Replica(url, CircuitBreaker(config.breaker, clock)) for url in config.urls]
         self._next = 0  # rotates the starting point so equal loads spread evenly
         self.forward_headers = frozenset(n.encode() for n in config.forward_headers)
-        self.starting = 0
-        """Streamed requests sent to the pool whose first token has not come back yet."""
-        self.others: tuple[int, int] = (0, 0)
-        """In-flight requests and prompt tokens of the other gateway replicas (shared load)."""
-        signals = config.signals
-        self.gauges = EngineGauges(signals.max_age, clock)
-        """The pool's engines as their gauges say (``signals.metrics_urls``)."""
-        if signals.replica_metrics:
-            for replica in self.replicas:
-                replica.gauges = EngineGauges(signals.max_age, clock)
-        self.prefix = (
-            PrefixIndex(config.prefix_index_blocks, len(self.replicas))
-            if config.prefix_index_blocks
-            else None
-        )
+        self.book: LocalLoadBook = book if book is not None else LocalLoadBook(clock)
+        """Where the pool's load is counted (the app's one book; a pool alone gets its own)."""
+        self.book.add(self)
         self.outcomes = OutcomeBook()
         """What each replica delivered lately (the outcome feed; the scorers read it)."""
-        self.on_release: Callable[[], None] | None = None
-        """Told whenever a request leaves the pool (the flow-control queue may dispatch)."""
         self.retired = False
         """Set when a config reload replaced or removed the pool; its requests may finish."""
 
@@ -115,48 +99,43 @@ class Pool:
         return self._client
 
     @property
-    def in_flight(self) -> int:
-        """Requests this gateway has in flight on the pool: its replicas' own counts, summed
-        (one count per request, kept on the replica that took it)."""
-        return sum(r.outstanding for r in self.replicas)
-
-    @property
-    def prompt_tokens(self) -> int:
-        """Prompt tokens of the requests this gateway has in flight on the pool."""
-        return sum(r.prompt_tokens for r in self.replicas)
-
-    @property
     def healthy(self) -> bool:
         return any(r.available for r in self.replicas)
+
+    def load(self) -> PoolSnapshot:
+        """The pool's load now, as the book says (admin views, metrics, tests)."""
+        return self.book.pool_load(self)
+
+    @property
+    def in_flight(self) -> int:
+        """Requests this gateway has in flight on the pool (the book's count)."""
+        return self.book.own(self.name)[0]
 
     @property
     def saturated(self) -> bool:
         return self.saturation() is not None
 
     def saturation(self, pending: int = 0, held_back: tuple[int, int] = (0, 0)) -> str | None:
-        """Which bound the pool is past (``in_flight``, ``starting``, ``waiting``, ``kv_usage``,
-        ``prompt_tokens``), counting ``pending`` requests about to arrive; None: headroom.
-        ``held_back``: places and starts the request may not use (flow control's reserve)."""
-        others_in_flight, others_tokens = self.others
-        return saturation(
-            self.config,
-            self.in_flight + others_in_flight + pending,
-            self.prompt_tokens + others_tokens,
-            self.gauges.fresh(),
-            self.starting + pending,
-            held_back,
-        )
+        """Which bound the pool is past now (the book's figures), counting ``pending``
+        requests about to arrive; None: headroom."""
+        return self.load().saturation(self.config, pending, held_back)
 
     def choose(
-        self, exclude: Collection[Replica] = (), scores: ReplicaScores = NO_SCORES
+        self,
+        exclude: Collection[Replica] = (),
+        scores: ReplicaScores = NO_SCORES,
+        load: PoolSnapshot | None = None,
     ) -> Replica:
-        """The available replica, not one of ``exclude``, that scores best (prefix affinity and
-        load, ``scores``); with no scorer, the one with the fewest requests outstanding."""
+        """The available replica, not one of ``exclude``, that scores best on ``load`` (the
+        request's snapshot; none: the book's figures now); with no scorer, the one with the
+        fewest requests outstanding."""
         replicas = self.replicas
         count = len(replicas)
         start = self._next
         self._next = (start + 1) % count
-        best = best_replica(replicas, start, exclude, scores, self.name, self.outcomes)
+        if load is None or len(load.replicas) != count:
+            load = self.load()
+        best = best_replica(replicas, start, exclude, scores, load, self.outcomes)
         if best is None:
             raise NoHealthyUpstream(
                 f"No healthy upstream in pool {self.name!r}; try again shortly.",
@@ -166,11 +145,11 @@ class Pool:
 
     @contextlib.contextmanager
     def acquire(self, exclude: Collection[Replica] = ()) -> Iterator[Replica]:
-        replica = self.take(exclude)
+        hold = self.take(exclude)
         try:
-            yield replica
+            yield hold.replica
         finally:
-            self.give_back(replica)
+            self.give_back(hold)
 
     def take(
         self,
@@ -179,33 +158,27 @@ class Pool:
         prompt_tokens: int = 0,
         blocks: PromptBlocks | None = None,
         starting: bool = False,
-    ) -> Replica:
-        """Choose a replica and count the request on it; pair with :meth:`give_back` (with the
-        same ``prompt_tokens``). ``blocks``: the prompt, recorded in the prefix index.
-        ``starting``: a streamed request, counted as starting until :meth:`started` (or its
-        give-back, with ``starting`` again, if its first token never came)."""
-        replica = self.choose(exclude, scores)
+        *,
+        tenant: str = "",
+        load: PoolSnapshot | None = None,
+    ) -> Hold:
+        """Choose a replica and count the request on it in the book; pair with
+        :meth:`give_back`. ``blocks``: the prompt, recorded in the prefix index. ``starting``:
+        a streamed request, counted as starting until its first token (or its give-back).
+        ``tenant``: whose place it holds (flow control's reserve)."""
+        replica = self.choose(exclude, scores, load)
         replica.breaker.on_attempt()
-        replica.outstanding += 1
-        replica.prompt_tokens += prompt_tokens
-        self.starting += starting
-        if blocks is not None and blocks.hashes and self.prefix is not None:
-            self.prefix.record(blocks, self.replicas.index(replica))
-        return replica
+        return self.book.take(
+            self,
+            replica,
+            tenant=tenant,
+            prompt_tokens=prompt_tokens,
+            starting=starting,
+            blocks=blocks,
+        )
 
-    def give_back(self, replica: Replica, prompt_tokens: int = 0, starting: bool = False) -> None:
-        replica.outstanding -= 1
-        replica.prompt_tokens -= prompt_tokens
-        self.starting -= starting
-        if self.on_release is not None:
-            self.on_release()
-
-    def started(self) -> None:
-        """A starting request's first token came back: the engine took it into its batch, so
-        another may start (the flow-control queue is told at once, as on a give-back)."""
-        self.starting -= 1
-        if self.on_release is not None:
-            self.on_release()
+    def give_back(self, hold: Hold) -> None:
+        self.book.give_back(hold)
 
     def record(self, replica: Replica, failure: str | None) -> None:
         """The outcome of one request to ``replica``: None for success, else a short reason."""

@@ -41,7 +41,8 @@ HEADER = b"x-gateway-predicted-ttft-ms"
 
 
 class _PoolLoad(Protocol):
-    """What the features read of a pool (gateway/routing/pools.py's ``Pool`` is one)."""
+    """What the features read of a pool's load (the load book's ``PoolSnapshot`` is one: every
+    gateway replica's figures when the load is shared)."""
 
     @property
     def name(self) -> str: ...
@@ -51,8 +52,6 @@ class _PoolLoad(Protocol):
     def prompt_tokens(self) -> int: ...
     @property
     def starting(self) -> int: ...
-    @property
-    def others(self) -> tuple[int, int]: ...
 
 
 @value
@@ -95,17 +94,15 @@ class PredictedRoute:
 def features(
     pool: _PoolLoad, prefill_tokens: int, pd: bool
 ) -> tuple[tuple[float, float, float, float], int]:
-    """The TTFT inputs and the running count of ``pool`` now (this gateway's and the other
-    gateway replicas' in-flight figures; ``starting`` is this gateway's own)."""
-    others_in_flight, others_tokens = pool.others
+    """The TTFT inputs and the running count of ``pool`` now (the load book's snapshot)."""
     prefill = float(max(0, prefill_tokens))
     x = (
         prefill,
-        float(pool.prompt_tokens + others_tokens),
+        float(pool.prompt_tokens),
         float(max(0, pool.starting)),
         prefill if pd else 0.0,
     )
-    return x, pool.in_flight + others_in_flight
+    return x, pool.in_flight
 
 
 def predict_route(

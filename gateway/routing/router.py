@@ -39,7 +39,7 @@ from gateway.routing.order import RouteInput, pool_order
 from gateway.routing.policy import ReplicaScores
 from gateway.routing.pools import Pool
 from gateway.routing.predicted import PredictedRoute
-from gateway.routing.prefix import NO_BLOCKS, NO_MATCH, PrefixMatch, PromptBlocks, matched
+from gateway.routing.prefix import NO_BLOCKS, NO_MATCH, PrefixMatch, PromptBlocks
 from gateway.values import value
 
 logger = logging.getLogger(__name__)
@@ -160,6 +160,9 @@ class ModelRouter:
         }
         self._weighted = self._weights()
         self._judged_at = 0.0
+        self.stable_hashes = any(pool.book.stable_hashes for pool in pools.values())
+        """Its prompts' blocks are named the same in every process (prefix hints are shared
+        between gateway replicas, gateway/routing/load_redis.py)."""
         self.judge_locally = True
         """False when the deployment judges from shared samples (every replica's, in Redis)."""
         self.on_rollback: Callable[[Variant, bool], None] | None = None
@@ -287,7 +290,7 @@ class ModelRouter:
         predict: Predict | None = None,
     ) -> RoutePlan:
         matches = (
-            {pool.name: matched(pool.prefix, blocks) for pool in variant.by_role.values()}
+            {pool.name: pool.book.match(pool, blocks) for pool in variant.by_role.values()}
             if prefix
             else {}
         )

@@ -128,6 +128,7 @@ class Routing:
                     block_chars=policy.prefix.block_chars,
                     max_blocks=policy.prefix.max_prompt_blocks,
                     seed=router.name.encode(),
+                    stable=router.stable_hashes,
                 )
         else:  # the count, when admission made it, still weighs on the pool's load
             tokens = prompt.counted or 0
@@ -154,7 +155,10 @@ class Routing:
         book = self.latency
 
         def predict(by_role: Mapping[Role, Pool], prefill: Mapping[str, int]) -> PredictedRoute:
-            return predict_route(book, by_role, prefill, objective, mode)  # type: ignore[arg-type]
+            pools = list(by_role.values())
+            snapshot = pools[0].book.snapshot(pools)  # the load the choice is made on
+            loads = {role: snapshot.pool(pool.name) for role, pool in by_role.items()}
+            return predict_route(book, loads, prefill, objective, mode)  # type: ignore[arg-type]
 
         return predict
 
@@ -173,8 +177,7 @@ class Routing:
         only when the model's prefix index is on). One choice only (``n`` > 1: which one the
         next turn resends is not known)."""
         prefix = router.policy.prefix
-        index = pool.prefix
-        if not prefix.enabled or index is None or request.payload.get("n") not in (None, 1):
+        if not prefix.enabled or request.payload.get("n") not in (None, 1):
             return
         if not plan.blocks.chars:  # no prompt text the index reads (or a failover's own plan)
             return
@@ -185,9 +188,10 @@ class Routing:
             max_blocks=prefix.max_prompt_blocks,
             seed=router.name.encode(),
             answer=answer(),
+            stable=pool.book.stable_hashes,
         )
         if len(blocks.hashes) > len(plan.blocks.hashes):  # the answer filled a block more
-            index.record(blocks, pool.replicas.index(replica))
+            pool.book.remember(pool, replica, blocks)
 
     def _variant(
         self, router: ModelRouter, headers: Headers, caller: Caller, request: ParsedRequest

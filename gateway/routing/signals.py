@@ -1,7 +1,8 @@
 """Keeps every pool's engine gauges fresh: one scraping task per endpoint a pool names.
 
-A pool's ``signals.metrics_urls`` (on Ray Serve LLM, Ray's metrics export) feed ``pool.gauges``;
-``signals.replica_metrics`` reads each replica's own ``/metrics`` into ``replica.gauges``. The
+A pool's ``signals.metrics_urls`` (on Ray Serve LLM, Ray's metrics export) feed the pool's
+readings in the load book (``book.engine(pool)``); ``signals.replica_metrics`` reads each
+replica's own ``/metrics`` into its readings there (``book.engine(pool, replica.label)``). The
 tasks end with the pool (a reload that retires it) or at :meth:`EngineSignals.aclose`::
 
     signals = EngineSignals()
@@ -46,16 +47,19 @@ class EngineSignals:
         def retired() -> bool:
             return pool.retired
 
+        book = pool.book
         if signals.metrics_urls:
+            gauges = book.engine(pool.name)
             scrape = scrape_forever(
-                pool.gauges, signals.metrics_urls, signals.labels, fetch, signals.interval, retired
+                gauges, signals.metrics_urls, signals.labels, fetch, signals.interval, retired
             )
             tasks.append(asyncio.create_task(scrape))
         for replica in pool.replicas:
-            if replica.gauges is not None:
+            if book.has_replica_gauges(pool.name, replica.label):
+                gauges = book.engine(pool.name, replica.label)
                 url = (replica.url + "/metrics",)
                 scrape = scrape_forever(
-                    replica.gauges, url, signals.labels, fetch, signals.interval, retired
+                    gauges, url, signals.labels, fetch, signals.interval, retired
                 )
                 tasks.append(asyncio.create_task(scrape))
         return tasks

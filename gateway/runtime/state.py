@@ -13,31 +13,28 @@ import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from gateway.accounting.prices import PriceTable
 from gateway.accounting.stage import Accounting
 from gateway.auth.service import AuthService, build_auth
+from gateway.batches.service import Batches
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import GatewayConfig
+from gateway.database import Database
 from gateway.extras import require
 from gateway.flow.gate import FlowGate
 from gateway.flow.metrics import FlowMetrics
 from gateway.limits.admission import RateLimiter
 from gateway.metrics import GatewayMetrics
+from gateway.response_store.service import StoredResponses
 from gateway.routing.canary_judges import Canaries, LocalCanaries
+from gateway.routing.latency import LatencyBook
+from gateway.routing.load import LocalLoadBook
 from gateway.routing.metrics import RoutingMetrics
+from gateway.routing.outcomes import OutcomeFeed
 from gateway.routing.pools import Pool, ProbeFn, check_forever, check_once
 from gateway.routing.router import ModelRouter
 from gateway.routing.signals import EngineSignals
-
-if TYPE_CHECKING:
-    from gateway.routing.load_redis import SharedLoad
-from gateway.batches.service import Batches
-from gateway.database import Database
-from gateway.response_store.service import StoredResponses
-from gateway.routing.latency import LatencyBook
-from gateway.routing.outcomes import OutcomeFeed
 from gateway.runtime.migrations import all_migrations
 from gateway.runtime.table import RoutingTable, UpstreamFactory, build_table
 from gateway.server.loop_watch import LoopWatch
@@ -74,8 +71,9 @@ class GatewayState:
     """Flow control's queue (None when ``flow.enabled`` is off)."""
     signals: EngineSignals = field(default_factory=EngineSignals)
     """Reads the engines' vLLM gauges for the pools that name where."""
-    shared_load: SharedLoad | None = None
-    """Every gateway replica's load per pool, where the limits share Redis."""
+    load: LocalLoadBook = field(default_factory=LocalLoadBook)
+    """The load book: every load figure routing and flow control read (gateway/routing/load.py),
+    shared with the other gateway replicas where ``load_sharing`` says so."""
     outcomes: OutcomeFeed = field(default_factory=OutcomeFeed)
     """Each settled exchange, as its replica delivered it, to the subscribers ``create_app``
     registers (gateway/routing/outcomes.py)."""
@@ -98,8 +96,14 @@ class GatewayState:
         metrics = GatewayMetrics()
         routing_metrics = RoutingMetrics(metrics)
         canaries = build_canaries(config, routing_metrics, clock)
+        book = build_load_book(config, clock)
         table = build_table(
-            config, upstream_factory, routing_metrics, shared_canary=canaries.shared, clock=clock
+            config,
+            upstream_factory,
+            routing_metrics,
+            shared_canary=canaries.shared,
+            clock=clock,
+            book=book,
         )
         limiter = RateLimiter.build(config.limits, metrics, clock)
         accounting = Accounting(config.accounting, limiter, PriceTable.build(config.prices))
@@ -121,7 +125,7 @@ class GatewayState:
             started_at=int(clock.wall()),
             tracing=build_tracing(config.tracing, os.environ),
             flow=flow,
-            shared_load=build_shared_load(config),
+            load=book,
             loop_watch=LoopWatch.build(config.server, metrics),
         )
 
@@ -134,9 +138,7 @@ class GatewayState:
         if self.auth is not None:
             await self.auth.start()
         await self.watch_pools(self.table.pools.values())
-        if self.shared_load is not None:
-            shared = self.shared_load.run(lambda: self.table.pools.values())
-            self._health_tasks.append(asyncio.create_task(shared))
+        await self.load.start()
         await self.canaries.start(self._routers)
         await self.accounting.start(self.database)
         await self.responses.start()
@@ -154,8 +156,6 @@ class GatewayState:
         for pool in pools:
             task = asyncio.create_task(check_forever(pool, _probe_for(pool)))
             self._health_tasks.append(task)
-            if self.flow is not None:
-                self.flow.watch(pool)
             self._health_tasks.extend(self.signals.watch(pool))
 
     async def stop(self) -> None:
@@ -166,8 +166,7 @@ class GatewayState:
                 await task
         self._health_tasks.clear()
         await self.signals.aclose()
-        if self.shared_load is not None:
-            await self.shared_load.aclose()
+        await self.load.aclose()
         if self.flow is not None:
             self.flow.queue.close()
         await self.canaries.aclose()
@@ -183,18 +182,15 @@ class GatewayState:
         await self.loop_watch.stop()
 
 
-def build_shared_load(config: GatewayConfig) -> SharedLoad | None:
-    """Where the rate limits share Redis, so does the load view (gateway/routing/load_redis.py)."""
-    limits = config.limits
-    if not (limits.enabled and limits.backend == "redis"):
-        return None
-    assert limits.redis_url is not None  # the config validator requires it
-    require("redis", "limits.backend: redis")
-    from gateway.routing.load_redis import SharedLoad  # only with the redis extra
+def build_load_book(config: GatewayConfig, clock: Clock = SYSTEM_CLOCK) -> LocalLoadBook:
+    """The app's load book: this gateway's alone, or shared on Redis (``load_sharing``)."""
+    sharing = config.load_sharing
+    if sharing.backend != "redis":
+        return LocalLoadBook(clock.monotonic)
+    require("redis", "load_sharing.backend: redis")
+    from gateway.routing.load_redis import RedisLoadBook  # only with the redis extra
 
-    return SharedLoad.from_url(
-        limits.redis_url, prefix=limits.key_prefix, timeout=limits.redis_timeout
-    )
+    return RedisLoadBook.from_config(sharing, clock.monotonic)
 
 
 def build_canaries(

@@ -31,6 +31,7 @@ from gateway.routing.config import PoolConfig
 from gateway.routing.dispatch import Dispatcher, RetryBudget
 from gateway.routing.gauges import EngineGauges
 from gateway.routing.latency import LatencyBook
+from gateway.routing.load import LocalLoadBook
 from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.policy import SATURATION_REASONS
 from gateway.routing.pools import Pool, Replica
@@ -100,20 +101,24 @@ def build_table(
     *,
     shared_canary: bool = False,
     clock: Clock = SYSTEM_CLOCK,
+    book: LocalLoadBook | None = None,
 ) -> RoutingTable:
     """A table for ``config``; pools unchanged since ``previous`` are carried over as they are
     (health, breakers, in-flight counts, client), new or changed ones get a fresh client.
     ``shared_canary``: the deployment judges canaries from shared samples, not each router;
-    ``clock``: the app's (breakers, retry budget, canary windows)."""
+    ``clock``: the app's (breakers, retry budget, canary windows); ``book``: the app's load
+    book, where every pool's load is counted (None: the previous table's, or a new one)."""
     kept = {} if previous is None else previous.pools
+    if book is None:
+        book = _book_of(previous) or LocalLoadBook(clock.monotonic)
     pools: dict[str, Pool] = {}
     for name, pool_config in config.pools.items():
         old = kept.get(name)
-        if old is not None and old.config == pool_config:
+        if old is not None and old.config == pool_config and old.book is book:
             pools[name] = old
         else:
             client = upstream_factory(pool_config)
-            pools[name] = Pool(name, pool_config, client=client, clock=clock.monotonic)
+            pools[name] = Pool(name, pool_config, client=client, clock=clock.monotonic, book=book)
     if counters is None:
         counters = model_counters(config)
     if previous is not None and config.retries == previous.config.retries:
@@ -140,6 +145,12 @@ def build_table(
     return RoutingTable(config, pools, models, routing)
 
 
+def _book_of(table: RoutingTable | None) -> LocalLoadBook | None:
+    if table is None or not table.pools:
+        return None
+    return next(iter(table.pools.values())).book
+
+
 def model_counters(config: GatewayConfig) -> dict[str, TokenCounter]:
     """Token counters (tokenizers load here, not on the first request)."""
     return counters_for_models(
@@ -159,17 +170,24 @@ def publish_weights(routers: Iterable[ModelRouter], metrics: RoutingMetrics) -> 
             metrics.rolled_back.labels(router.name, variant.name).set(int(variant.rolled_back))
 
 
-def replica_status(replica: Replica) -> dict[str, Any]:
-    """A replica as /readyz shows it."""
+def replica_status(pool: Pool, replica: Replica) -> dict[str, Any]:
+    """A replica as /readyz shows it (its load: this gateway's, in the load book)."""
+    outstanding, tokens = pool.book.replica_counts(pool, replica)
+    book = pool.book
+    gauges = (
+        book.engine(pool.name, replica.label)
+        if book.has_replica_gauges(pool.name, replica.label)
+        else None
+    )
     return {
         "url": replica.label,  # user:pass@ redacted
         "healthy": replica.healthy,
         "error": replica.last_error,
         "breaker": replica.breaker.state.value,
         "last_failure": replica.last_failure,
-        "outstanding": replica.outstanding,
-        "prompt_tokens_in_flight": replica.prompt_tokens,
-        "engine": _engine(replica.gauges),
+        "outstanding": outstanding,
+        "prompt_tokens_in_flight": tokens,
+        "engine": _engine(gauges),
     }
 
 
@@ -182,29 +200,9 @@ def _engine(gauges: EngineGauges | None) -> dict[str, Any] | None:
 
 def load_status(pool: Pool) -> dict[str, Any]:
     """A pool's load as the admin API and the console show it: the gateway's own view, the
-    engines' gauges (with their age), the saturation bound it is past, the prefix index."""
-    gauges = pool.gauges
-    latest, fresh = gauges.latest, gauges.fresh()
-    return {
-        "in_flight": pool.in_flight,
-        "prompt_tokens_in_flight": pool.prompt_tokens,
-        "starting": pool.starting,
-        "other_gateways": {"in_flight": pool.others[0], "prompt_tokens": pool.others[1]},
-        "capacity": pool.config.capacity,
-        "saturated": pool.saturation(),
-        "engine": None
-        if latest is None
-        else {
-            "running": latest.running,
-            "waiting": latest.waiting,
-            "kv_usage": latest.kv_usage,
-            "prefix_hit_rate": gauges.hit_rate(),
-            "age_seconds": gauges.age(),
-            "fresh": fresh is not None,
-        },
-        "engine_error": gauges.last_error,
-        "prefix_index_blocks": 0 if pool.prefix is None else len(pool.prefix),
-    }
+    other gateways' (shared load), the engines' gauges (with their age), the saturation bound
+    it is past, the prefix index (all of it the load book's)."""
+    return pool.book.show(pool)
 
 
 def publish_pool_state(
@@ -216,20 +214,23 @@ def publish_pool_state(
         publish_load(routing_metrics, pool)
         for replica in pool.replicas:
             label = replica.label  # user:pass@ redacted
+            outstanding = pool.book.replica_counts(pool, replica)[0]
             metrics.replica_healthy.labels(pool.name, label).set(1 if replica.healthy else 0)
-            metrics.replica_outstanding.labels(pool.name, label).set(replica.outstanding)
+            metrics.replica_outstanding.labels(pool.name, label).set(outstanding)
             is_open = replica.breaker.state is not BreakerState.CLOSED
             routing_metrics.breaker_open.labels(pool.name, label).set(1 if is_open else 0)
 
 
 def publish_load(metrics: RoutingMetrics, pool: Pool) -> None:
     name = pool.name
-    metrics.pool_in_flight.labels(name).set(pool.in_flight)
-    metrics.pool_prompt_tokens.labels(name).set(pool.prompt_tokens)
+    book = pool.book
+    in_flight, _, tokens = book.own(name)
+    metrics.pool_in_flight.labels(name).set(in_flight)
+    metrics.pool_prompt_tokens.labels(name).set(tokens)
     past = pool.saturation()
     for reason in SATURATION_REASONS:
         metrics.pool_saturated.labels(name, reason).set(1 if past == reason else 0)
-    gauges = pool.gauges
+    gauges = book.engine(name)
     age = gauges.age()
     metrics.engine_signal_age.labels(name).set(-1 if age is None else age)
     metrics.engine_signal_fresh.labels(name).set(0 if gauges.fresh() is None else 1)
@@ -239,4 +240,4 @@ def publish_load(metrics: RoutingMetrics, pool: Pool) -> None:
         metrics.engine_running.labels(name).set(latest.running)
         if latest.kv_usage is not None:
             metrics.engine_kv_usage.labels(name).set(latest.kv_usage)
-    metrics.prefix_index_blocks.labels(name).set(0 if pool.prefix is None else len(pool.prefix))
+    metrics.prefix_index_blocks.labels(name).set(book.index_size(pool))

@@ -67,7 +67,8 @@ def _loads(text: str) -> list[float]:
 
 
 def parse_target(text: str, default_model: str | None, default_key_env: str) -> client.Target:
-    """``URL``, ``NAME=URL`` or ``name=N,url=U[,model=M][,key_env=VAR]``."""
+    """``URL``, ``NAME=URL`` or ``name=N,url=U[,model=M][,key_env=VAR]``; the URL may be
+    several of the same service, ``URL1|URL2|...``, sent to round robin."""
     fields: dict[str, str] = {}
     if "url=" in text:
         for part in text.split(","):
@@ -78,17 +79,19 @@ def parse_target(text: str, default_model: str | None, default_key_env: str) -> 
     else:
         fields["url"] = text
     unknown = set(fields) - {"name", "url", "model", "key_env"}
-    if unknown or not fields.get("url", "").startswith(("http://", "https://")):
+    urls = [u.strip().rstrip("/") for u in fields.get("url", "").split("|")]
+    if unknown or not all(u.startswith(("http://", "https://")) for u in urls):
         raise argparse.ArgumentTypeError(f"bad --target {text!r}: want name=N,url=http...,model=M")
     model = fields.get("model") or default_model
     if not model:
         raise argparse.ArgumentTypeError(f"--target {text!r}: no model (give --model or model=)")
-    url = fields["url"].rstrip("/")
+    url = urls[0]
     return client.Target(
         name=fields.get("name") or url,
         base_url=url,
         model=model,
         api_key=os.environ.get(fields.get("key_env") or default_key_env),
+        mirrors=tuple(urls[1:]),
     )
 
 

@@ -38,6 +38,9 @@ class Target:
     base_url: str
     model: str
     api_key: str | None = None
+    mirrors: tuple[str, ...] = ()
+    """More base URLs of the same service (N gateway replicas): requests go round robin over
+    ``base_url`` and these, by request index (``--target gw=URL1|URL2``)."""
 
     def headers(self) -> dict[str, str]:
         headers = {"content-type": "application/json"}
@@ -110,6 +113,12 @@ def _finish(record: RequestRecord, timer: StreamTimer, start: float) -> None:
 
 def endpoint(target: Target, api: Api) -> str:
     return target.base_url + ("/chat/completions" if api == "chat" else "/completions")
+
+
+def endpoints(target: Target, api: Api) -> tuple[str, ...]:
+    """Every base URL's endpoint, the target's own first (round robin over them)."""
+    path = "/chat/completions" if api == "chat" else "/completions"
+    return tuple(base + path for base in (target.base_url, *target.mirrors))
 
 
 async def send(

@@ -71,7 +71,7 @@ class _Sender:
         self, session: aiohttp.ClientSession, req: Request, items: list[WorkItem], step: Step
     ) -> None:
         self.session = session
-        self.url = client.endpoint(req.target, req.api)
+        self.urls = client.endpoints(req.target, req.api)
         self.headers = req.target.headers()
         self.bodies = [client.request_body(req.target, item, req.api, req.extra) for item in items]
         self.items = items
@@ -95,7 +95,8 @@ class _Sender:
             tenant=self.tenant,
         )
         self.records.append(record)
-        await client.send(self.session, self.url, self.headers, self.bodies[k], record)
+        url = self.urls[index % len(self.urls)]  # round robin over a target's replicas
+        await client.send(self.session, url, self.headers, self.bodies[k], record)
         on_done(record)
 
 

@@ -125,7 +125,7 @@ async def test_a_waiting_request_starts_when_the_one_before_it_has_its_first_tok
         pool, flow = gw.state.table.pools["pd"], gw.state.flow
         assert flow is not None
         first = asyncio.create_task(gw.call(CHAT, chat(script="held")))
-        await until(lambda: pool.starting == 1)
+        await until(lambda: pool.load().starting == 1)
         second = asyncio.create_task(gw.call(CHAT, chat()))
         await until(lambda: flow.queue.waiting == 1)  # the pool's one start is taken
         prefilled.set()  # the first request's first token: it is in the batch now
@@ -134,7 +134,7 @@ async def test_a_waiting_request_starts_when_the_one_before_it_has_its_first_tok
         assert (await second).status == 200
         decoded.set()
         assert (await first).status == 200
-        assert (pool.in_flight, pool.starting) == (0, 0)
+        assert (pool.in_flight, pool.load().starting) == (0, 0)
         settled_once(gw)
     assert len(gw.ledger_rows()) == 2
 
@@ -181,7 +181,7 @@ async def test_the_reserve_keeps_a_place_from_the_tenant_holding_the_most(tmp_pa
         decoded.set()
         assert (await held).status == 200
         assert (await waiting).status == 200  # the loud one's place came back
-        assert gate.held == {} and pool.in_flight == 0
+        assert pool.book.held == {} and pool.in_flight == 0
         settled_once(gw)
     assert len(gw.ledger_rows()) == 3
 

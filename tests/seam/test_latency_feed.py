@@ -108,9 +108,9 @@ async def test_a_request_met_the_load_of_the_one_before_it_still_in_flight(
         first = asyncio.create_task(gw.call(CHAT, orjson.dumps({**body, "script": "held"})))
         for _ in range(50):
             await asyncio.sleep(0)
-            if gw.state.table.pools["colocated"].starting:
+            if gw.state.table.pools["colocated"].load().starting:
                 break
-        assert gw.state.table.pools["colocated"].starting == 1
+        assert gw.state.table.pools["colocated"].load().starting == 1
         assert (await gw.call(CHAT, chat())).status == 200
         gw.clock.advance(1.0)  # a second apart: both outcomes are learned
         held.set()

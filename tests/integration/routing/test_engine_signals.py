@@ -85,7 +85,7 @@ async def test_the_pool_and_its_replica_read_the_simulators_gauges(
     with pytest.raises(ImportError):
         import aiohttp  # noqa: F401
     pool = scraped_pool(capacity_sim, capacity_sim.url + "/metrics")
-    replica_gauges = pool.replicas[0].gauges
+    replica_gauges = pool.book.engine(pool.name, pool.replicas[0].label)
     assert replica_gauges is not None
     body = {
         "model": "sim-model",
@@ -94,8 +94,8 @@ async def test_the_pool_and_its_replica_read_the_simulators_gauges(
         "stream": True,
     }
     async with watching(pool):
-        await until(lambda: pool.gauges.fresh() is not None, "a fresh pool reading")
-        reading = pool.gauges.fresh()
+        await until(lambda: pool.book.engine(pool.name).fresh() is not None, "a fresh pool reading")
+        reading = pool.book.engine(pool.name).fresh()
         assert reading is not None and reading.series >= 1  # the engine's series matched
         async with (
             httpx.AsyncClient(base_url=capacity_sim.url, timeout=60) as client,
@@ -103,7 +103,7 @@ async def test_the_pool_and_its_replica_read_the_simulators_gauges(
         ):
             assert stream.status_code == 200
             await until(
-                lambda: (r := pool.gauges.fresh()) is not None and r.running == 1,
+                lambda: (r := pool.book.engine(pool.name).fresh()) is not None and r.running == 1,
                 "the stream counted as running in the pool's reading",
             )
             await until(
@@ -111,10 +111,10 @@ async def test_the_pool_and_its_replica_read_the_simulators_gauges(
                 "the stream counted as running in the replica's reading",
             )
         await until(
-            lambda: (r := pool.gauges.fresh()) is not None and r.running == 0,
+            lambda: (r := pool.book.engine(pool.name).fresh()) is not None and r.running == 0,
             "the stream gone from the reading once the client left",
         )
-        assert pool.gauges.last_error is None
+        assert pool.book.engine(pool.name).last_error is None
 
 
 async def test_an_endpoint_that_answers_404_is_a_failed_reading_not_an_error(
@@ -122,8 +122,10 @@ async def test_an_endpoint_that_answers_404_is_a_failed_reading_not_an_error(
 ) -> None:
     pool = scraped_pool(capacity_sim, capacity_sim.url + "/no-metrics-here")
     async with watching(pool):
-        await until(lambda: pool.gauges.last_error is not None, "the failed scrape noted")
-        assert pool.gauges.fresh() is None  # routing keeps the gateway's own view
+        await until(
+            lambda: pool.book.engine(pool.name).last_error is not None, "the failed scrape noted"
+        )
+        assert pool.book.engine(pool.name).fresh() is None  # routing keeps the gateway's own view
         assert pool.saturation() is None
 
 

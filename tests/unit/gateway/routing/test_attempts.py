@@ -46,10 +46,10 @@ def test_a_settled_answer_gives_its_replica_and_connection_back() -> None:
     answer = Answer(200)
     with Attempts() as attempts:
         attempts.take(pool, (), "stable", "prompt_long")
-        assert pool.replicas[0].outstanding == 1 and attempts.sent
+        assert pool.load().replicas[0].outstanding == 1 and attempts.sent
         attempts.answered(answer)
         attempts.settle(None, reusable=True)
-        assert pool.replicas[0].outstanding == 0
+        assert pool.load().replicas[0].outstanding == 0
     assert answer.released and not answer.aborted
     assert attempts.route.pool == "pd" and attempts.route.reason == "prompt_long"
 
@@ -63,7 +63,7 @@ def test_a_block_left_without_a_verdict_still_gives_the_replica_back() -> None:
         attempts.take(pool, (), "stable", "prompt_long")
         attempts.answered(answer)
         raise RuntimeError("a bug")
-    assert pool.replicas[0].outstanding == 0
+    assert pool.load().replicas[0].outstanding == 0
     assert answer.aborted and not answer.released
     assert pool.replicas[0].breaker.state is BreakerState.CLOSED
 
@@ -73,7 +73,7 @@ def test_an_unsettled_5xx_answer_counts_against_its_replica() -> None:
     with Attempts() as attempts:
         attempts.take(pool, (), "stable", "prompt_long")
         attempts.answered(Answer(503))
-    assert pool.replicas[0].outstanding == 0
+    assert pool.load().replicas[0].outstanding == 0
     assert pool.replicas[0].breaker.state is BreakerState.OPEN
 
 
@@ -82,7 +82,7 @@ def test_a_failed_attempt_gives_its_replica_back_at_once() -> None:
     with Attempts() as attempts:
         attempts.take(pool, (), "stable", "prompt_long")
         assert attempts.failed(ValueError("not the upstream's")) is None
-        assert pool.replicas[0].outstanding == 0
+        assert pool.load().replicas[0].outstanding == 0
 
 
 def test_no_pool_says_why_and_sent_nothing() -> None:
@@ -94,18 +94,18 @@ def test_no_pool_says_why_and_sent_nothing() -> None:
 def test_a_streamed_request_counts_as_starting_until_its_first_token_once() -> None:
     pool = one_replica_pool()
     released: list[int] = []
-    pool.on_release = lambda: released.append(pool.starting)
+    pool.book.subscribe(lambda: released.append(pool.load().starting))
     with Attempts(streamed=True) as attempts:
         attempts.take(pool, (), "stable", "prompt_short")
-        assert pool.starting == 1
+        assert pool.load().starting == 1
         attempts.answered(Answer(200))
-        assert pool.starting == 1  # headers are not a token
+        assert pool.load().starting == 1  # headers are not a token
         attempts.first_token()
         attempts.first_token()  # later chunks change nothing
-        assert pool.starting == 0 and pool.in_flight == 1
+        assert pool.load().starting == 0 and pool.in_flight == 1
         assert released == [0]  # the queue was told at once
         attempts.settle(None, reusable=True)
-    assert (pool.starting, pool.in_flight) == (0, 0)
+    assert (pool.load().starting, pool.in_flight) == (0, 0)
 
 
 def test_a_streamed_attempt_that_fails_before_its_first_token_stops_starting() -> None:
@@ -113,7 +113,7 @@ def test_a_streamed_attempt_that_fails_before_its_first_token_stops_starting() -
     with Attempts(streamed=True) as attempts:
         attempts.take(pool, (), "stable", "prompt_short")
         attempts.retrying(Answer(503))
-        assert pool.starting == 0
+        assert pool.load().starting == 0
         attempts.take(pool, (), "stable", "prompt_short")
-        assert pool.starting == 1
-    assert (pool.starting, pool.in_flight) == (0, 0)  # the block's end gave it back
+        assert pool.load().starting == 1
+    assert (pool.load().starting, pool.in_flight) == (0, 0)  # the block's end gave it back

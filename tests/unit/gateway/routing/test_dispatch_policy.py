@@ -6,13 +6,28 @@ import pytest
 
 from gateway.routing.config import PoolConfig, RetryConfig, VariantConfig, VariantPools
 from gateway.routing.dispatch import RetryBudget, _NoPool, _pick
-from gateway.routing.pools import Pool
+from gateway.routing.load import LocalLoadBook
+from gateway.routing.pools import Pool, Replica
 from gateway.routing.router import RoutePlan, Variant
+
+BOOK = LocalLoadBook()
+"""The app's one book (a test's pools are named afresh: each test gets a book of its own)."""
 
 
 def pool(name: str, replicas: int = 1, capacity: int | None = None) -> Pool:
     urls = tuple(f"http://127.0.0.1:{9000 + i}" for i in range(replicas))
-    return Pool(name, PoolConfig(urls=urls, capacity=capacity))
+    return Pool(name, PoolConfig(urls=urls, capacity=capacity), book=BOOK)
+
+
+def pick(plan: RoutePlan, tried: list[Replica]) -> tuple[Pool, str, str | None]:
+    """Dispatch's choice on a snapshot of the plan's pools, as its first take reads it."""
+    return _pick(plan, tried, BOOK.snapshot(p for p, _ in plan.pools))
+
+
+@pytest.fixture(autouse=True)
+def fresh_book() -> None:
+    global BOOK
+    BOOK = LocalLoadBook()
 
 
 def plan(*pools: Pool, reason: str = "prompt_long") -> RoutePlan:
@@ -23,22 +38,22 @@ def plan(*pools: Pool, reason: str = "prompt_long") -> RoutePlan:
 
 def test_preferred_pool_when_it_can_take_the_request() -> None:
     pd, colo = pool("pd"), pool("colo")
-    assert _pick(plan(pd, colo), []) == (pd, "prompt_long", None)
+    assert pick(plan(pd, colo), []) == (pd, "prompt_long", None)
 
 
 def test_saturated_preferred_overflows_and_says_why() -> None:
     pd, colo = pool("pd", capacity=1), pool("colo")
     pd.take()
-    assert _pick(plan(pd, colo), []) == (colo, "prompt_long", "saturated")
+    assert pick(plan(pd, colo), []) == (colo, "prompt_long", "saturated")
 
 
 def test_unhealthy_and_tried_preferred() -> None:
     pd, colo = pool("pd", replicas=2), pool("colo")
     pd.trip(pd.replicas[0], "refused")
-    assert _pick(plan(pd, colo), [])[0] is pd  # one replica left
-    assert _pick(plan(pd, colo), [pd.replicas[1]]) == (colo, "prompt_long", "failed")
+    assert pick(plan(pd, colo), [])[0] is pd  # one replica left
+    assert pick(plan(pd, colo), [pd.replicas[1]]) == (colo, "prompt_long", "failed")
     pd.mark_down(pd.replicas[1], "refused")
-    assert _pick(plan(pd, colo), []) == (colo, "prompt_long", "unhealthy")
+    assert pick(plan(pd, colo), []) == (colo, "prompt_long", "unhealthy")
 
 
 def test_nothing_left_names_every_pool() -> None:
@@ -46,7 +61,7 @@ def test_nothing_left_names_every_pool() -> None:
     pd.take()
     colo.mark_down(colo.replicas[0], "refused")
     with pytest.raises(_NoPool, match="pool colo unavailable and pool pd saturated"):
-        _pick(plan(pd, colo), [])
+        pick(plan(pd, colo), [])
 
 
 def test_retry_budget_ratio_and_floor() -> None:

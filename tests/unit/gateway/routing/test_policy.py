@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gateway.routing.config import PoolConfig, ScorerWeights
 from gateway.routing.gauges import EngineReading
+from gateway.routing.load import Others
 from gateway.routing.policy import NO_SCORES, ReplicaScores
 from gateway.routing.pools import Pool
 
@@ -31,9 +32,9 @@ def test_saturation_by_each_bound_and_only_fresh_engine_gauges_count() -> None:
         saturation={"max_waiting": 4, "max_kv_usage": 0.9, "max_prompt_tokens_in_flight": 1000},
     )
     assert p.saturation() is None
-    p.gauges.put(reading(waiting=5))
+    p.book.engine(p.name).put(reading(waiting=5))
     assert p.saturation() == "waiting"
-    p.gauges.put(reading(kv=0.95))
+    p.book.engine(p.name).put(reading(kv=0.95))
     assert p.saturation() == "kv_usage"
     NOW[0] = 10.0  # stale: the gateway's own view decides
     assert p.saturation() is None
@@ -42,25 +43,25 @@ def test_saturation_by_each_bound_and_only_fresh_engine_gauges_count() -> None:
     assert p.saturation(pending=1) == "in_flight"  # one granted request about to arrive
     second = p.take(prompt_tokens=600)
     assert p.saturation() == "in_flight"
-    p.give_back(first, 600)
-    p.give_back(second, 600)
+    p.give_back(first)
+    p.give_back(second)
     big = p.take(prompt_tokens=1200)
     assert p.saturation() == "prompt_tokens"
-    p.give_back(big, 1200)
-    assert (p.in_flight, p.prompt_tokens) == (0, 0)
+    p.give_back(big)
+    assert (p.load().in_flight, p.load().prompt_tokens) == (0, 0)
 
 
 def test_streamed_requests_count_as_starting_until_their_first_token() -> None:
     p = pool(capacity=8, saturation={"max_starting": 1})
     first = p.take(starting=True)
     assert p.saturation() == "starting"  # its engine has not taken it into the batch yet
-    p.started()
+    p.book.first_token(first)
     assert p.saturation() is None  # still in flight, no longer starting
     assert p.saturation(pending=1) == "starting"  # a granted one about to start fills it
     second = p.take(starting=True)
-    p.give_back(second, starting=True)  # ended before its first token: counted off once
+    p.give_back(second)  # ended before its first token: counted off once
     p.give_back(first)
-    assert (p.in_flight, p.starting) == (0, 0)
+    assert (p.in_flight, p.load().starting) == (0, 0)
     whole = p.take()  # a non-streamed request's first token is never seen: not counted
     assert p.saturation() is None
     p.give_back(whole)
@@ -68,20 +69,20 @@ def test_streamed_requests_count_as_starting_until_their_first_token() -> None:
 
 def test_other_gateways_in_flight_count_towards_capacity() -> None:
     p = pool(capacity=3)
-    p.others = (3, 0)
+    p.book._pools[p.name].others = Others(in_flight=3, prompt_tokens=0)
     assert p.saturation() == "in_flight"
 
 
 def test_no_scorer_keeps_least_outstanding_with_rotation() -> None:
     p = pool(3)
     chosen = [p.take(scores=NO_SCORES) for _ in range(3)]
-    assert len({r.url for r in chosen}) == 3
+    assert len({hold.replica.url for hold in chosen}) == 3
 
 
 def test_prefix_affinity_wins_over_a_little_load() -> None:
     NOW[0] = 0.0
     p = pool(2)
-    p.replicas[1].outstanding = 1
+    p.take(exclude=[p.replicas[0]])  # one request on replica 1
     scores = ReplicaScores(ScorerWeights(), prefix_blocks=(0, 10), total_blocks=10)
     assert p.choose(scores=scores) is p.replicas[1]
 
@@ -89,10 +90,10 @@ def test_prefix_affinity_wins_over_a_little_load() -> None:
 def test_load_wins_when_the_prefix_holder_is_the_busiest_and_fullest() -> None:
     NOW[0] = 0.0
     p = pool(2)
-    p.replicas[1].outstanding = 4
-    assert p.replicas[1].gauges is not None and p.replicas[0].gauges is not None
-    p.replicas[1].gauges.put(reading(waiting=6, kv=1.0))
-    p.replicas[0].gauges.put(reading(kv=0.0))
+    for _ in range(4):
+        p.take(exclude=[p.replicas[0]])
+    p.book.engine(p.name, p.replicas[1].label).put(reading(waiting=6, kv=1.0))
+    p.book.engine(p.name, p.replicas[0].label).put(reading(kv=0.0))
     scores = ReplicaScores(ScorerWeights(), prefix_blocks=(0, 5), total_blocks=10)
     assert p.choose(scores=scores) is p.replicas[0]
 

@@ -28,7 +28,6 @@ class FakePool:
     in_flight: int = 0
     prompt_tokens: int = 0
     starting: int = 0
-    others: tuple[int, int] = (0, 0)
 
 
 def confident(book: LatencyBook, pool: str, base: float, per_token: float) -> None:
@@ -38,8 +37,9 @@ def confident(book: LatencyBook, pool: str, base: float, per_token: float) -> No
         book.observe(pool, "r", (tokens, 0.0, 0.0, 0.0), base + per_token * tokens, 1, 10.0)
 
 
-def test_features_count_this_gateways_and_the_others_load() -> None:
-    pool = FakePool("pd", in_flight=3, prompt_tokens=900, starting=2, others=(4, 100))
+def test_features_read_the_load_books_figures() -> None:
+    # The book's snapshot counts every gateway replica's load (3 here and 4 there, say).
+    pool = FakePool("pd", in_flight=7, prompt_tokens=1000, starting=2)
     assert features(pool, 600, pd=True) == ((600.0, 1000.0, 2.0, 600.0), 7)
     assert features(pool, 600, pd=False) == ((600.0, 1000.0, 2.0, 0.0), 7)
     assert features(FakePool("c"), -5, pd=False) == ((0.0, 0.0, 0.0, 0.0), 0)
