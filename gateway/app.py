@@ -31,6 +31,8 @@ from gateway.accesslog import AccessLog
 from gateway.accounting.ledger_sql import SqlLedgerStore
 from gateway.accounting.usage_api import usage_routes
 from gateway.admin.api import REQUEST_MODELS, admin_routes, own_key_routes
+from gateway.admin.budgets import REQUEST_MODELS as BUDGET_BODIES
+from gateway.admin.budgets import budget_routes
 from gateway.admin.routing import routing_admin_routes
 from gateway.auth.middleware import auth_middleware
 from gateway.batch_runner import BatchRunner
@@ -120,7 +122,9 @@ def create_app(
         Route("/healthz", Healthz(), methods=["GET"]),
         Route("/readyz", Readyz(state), methods=["GET"]),
         Route("/metrics", Metrics(state), methods=["GET"]),
-        Route("/openapi.json", OpenAPI(routes, REQUEST_MODELS), methods=["GET"]),
+        Route(
+            "/openapi.json", OpenAPI(routes, {**REQUEST_MODELS, **BUDGET_BODIES}), methods=["GET"]
+        ),
         *routing_admin_routes(state, reloader),
         # Before the /admin mount, which would otherwise answer /admin/usage with a 404.
         *usage_routes(
@@ -130,7 +134,8 @@ def create_app(
         ),
         *responses_routes(state.responses, admin=state.auth is not None),
         *batch_routes(state.batches if config.batches.enabled else None),
-        *admin_routes(state.auth),
+        *budget_routes(state.auth, state.accounting),  # before the /admin mount too
+        *admin_routes(state.auth, lambda: state.accounting.prices.currency),
         *own_key_routes(state.auth),
         *console_routes(enabled=config.console.enabled),
     ]

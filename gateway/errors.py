@@ -164,6 +164,14 @@ class TokensRateLimited(RateLimited):
     error_type = "tokens"
 
 
+class BudgetExhausted(RateLimited):
+    """A hard budget in money has no room for the request's maximum cost. OpenAI's quota error:
+    its SDKs retry a 429 unless ``x-should-retry: false`` says waiting cannot help."""
+
+    error_type = "insufficient_quota"
+    default_code = "insufficient_quota"
+
+
 class TooManyUploads(RateLimited):
     """One client address has ``server.max_uploads_per_client`` bodies arriving already."""
 

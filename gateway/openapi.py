@@ -422,6 +422,7 @@ def _operations() -> dict[str, dict[str, Any]]:
             _errors_of(("400", "401", "403", "404", "409", "413", "415", "429", "500", "503"))
         ),
         **_batch_paths(_errors_of(("400", "401", "404", "413", "415", "429", "500", "503"))),
+        **_budget_paths(_errors_of(("400", "401", "403", "404", "500", "503"))),
         "/metrics": {
             "get": {
                 "summary": "Prometheus metrics (an admin key or auth.metrics_token; tenant series "
@@ -584,6 +585,43 @@ def _management_paths(errors: dict[str, Any]) -> dict[str, Any]:
         "/admin/routing/models/{model}/variants/{variant}": {"put": _op(
             "Set a variant's weight: {weight}", errors, path=("model", "variant"), body=_WEIGHT)},
     }  # fmt: skip
+
+
+_MICROS = {"type": ["integer", "null"]}
+_BUDGET_VIEW = {
+    "type": "object",
+    "required": ["object", "scope", "id", "budget", "currency", "spent_micros",
+                 "remaining_micros", "resets_at"],
+    "properties": {
+        "object": {"const": "budget"}, "scope": {"enum": ["tenant", "key"]}, "id": _STRING,
+        "budget": {"type": ["object", "null"]}, "currency": {"type": ["string", "null"]},
+        "amount_micros": _MICROS, "spent_micros": _MICROS, "committed_micros": _MICROS,
+        "remaining_micros": _MICROS, "spent": _STRING, "remaining": _STRING,
+        "resets_at": {"type": ["string", "null"], "description": "UTC ISO time; null: never"},
+    },
+}  # fmt: skip
+
+
+def _budget_paths(errors: dict[str, Any]) -> dict[str, Any]:
+    """A tenant's or key's budget in money (gateway/admin/budgets.py): PUT's body is
+    ``limits.budgets.Budget``'s schema (openapi_document's ``bodies``)."""
+    paths: dict[str, Any] = {}
+    for path, name, who in (
+        ("/admin/tenants/{tenant}/budget", "tenant", "a tenant"),
+        ("/admin/keys/{key}/budget", "key", "a key (never its tenant's)"),
+    ):
+        p = (name,)
+        paths[path] = {
+            "get": _op(f"The budget of {who}: spent, committed (spent plus what requests in "
+                       "flight hold reserved), remaining and when it resets; budget null when "
+                       "it has none", errors, path=p, result=_BUDGET_VIEW),
+            "put": _op(f"Set or replace the budget of {who} (what was spent this period stays):"
+                       " {amount, currency?, period?, mode?, alert_thresholds?}", errors,
+                       path=p, body=True, result=_BUDGET_VIEW),
+            "delete": _op(f"Lift the budget of {who} (its other limits stay)", errors, path=p,
+                          result=_BUDGET_VIEW),
+        }  # fmt: skip
+    return paths
 
 
 _BATCH_ENDPOINTS = ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"]

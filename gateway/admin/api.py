@@ -43,6 +43,7 @@ from gateway.auth.manage import (
     TenantUpdate,
     UnknownRecord,
 )
+from gateway.auth.models import Limits
 from gateway.auth.service import AuthService
 from gateway.auth.store import RecordExists
 from gateway.errors import (
@@ -69,11 +70,14 @@ REQUEST_MODELS: dict[tuple[str, str], type[BaseModel]] = {
 }
 
 
-def admin_routes(auth: AuthService | None) -> list[BaseRoute]:
-    """The /admin/ tenant and key routes (none when authentication or the admin API is off)."""
+def admin_routes(
+    auth: AuthService | None, currency: Callable[[], str | None] = lambda: None
+) -> list[BaseRoute]:
+    """The /admin/ tenant and key routes (none when authentication or the admin API is off);
+    ``currency`` is the prices' now, which a budget in limits must be kept in."""
     if auth is None or not auth.config.admin_api:
         return []
-    api = AdminApi(auth)
+    api = AdminApi(auth, currency)
     table: list[tuple[str, str, Endpoint]] = [
         ("GET", "/tenants", api.list_tenants),
         ("POST", "/tenants", api.create_tenant),
@@ -101,15 +105,27 @@ def own_key_routes(auth: AuthService | None) -> list[BaseRoute]:
 
 
 class AdminApi:
-    def __init__(self, auth: AuthService) -> None:
+    def __init__(
+        self, auth: AuthService, currency: Callable[[], str | None] = lambda: None
+    ) -> None:
         self.manager = auth.manager
         self.authenticator = auth.authenticator
+        self.currency = currency
+
+    def _budget_checked(self, limits: Limits | None) -> None:
+        """A budget in ``limits`` must be in the prices' currency (gateway/limits/budgets.py)."""
+        if limits is not None and limits.budget is not None:
+            problem = limits.budget.currency_error(self.currency())
+            if problem is not None:
+                raise InvalidSpec(problem)
 
     async def list_tenants(self, request: Request) -> Response:
         return _list([t.public() for t in await self.manager.store.tenants()])
 
     async def create_tenant(self, request: Request) -> Response:
-        tenant = await self.manager.create_tenant(await _spec(request, TenantSpec))
+        spec = await _spec(request, TenantSpec)
+        self._budget_checked(spec.limits)
+        tenant = await self.manager.create_tenant(spec)
         return _json(tenant.public(), 201)
 
     async def get_tenant(self, request: Request) -> Response:
@@ -117,6 +133,7 @@ class AdminApi:
 
     async def update_tenant(self, request: Request) -> Response:
         spec = await _spec(request, TenantUpdate)
+        self._budget_checked(spec.limits)
         tenant = await self.manager.set_tenant_limits(request.path_params["tenant"], spec)
         self.authenticator.forget()  # every cached key of the tenant carries its limits
         return _json(tenant.public())
@@ -133,6 +150,7 @@ class AdminApi:
 
     async def create_key(self, request: Request) -> Response:
         spec = await _spec(request, KeySpec)
+        self._budget_checked(spec.limits)
         issued = await self.manager.create_key(request.path_params["tenant"], spec)
         return _json(issued.public(), 201)
 
@@ -143,9 +161,9 @@ class AdminApi:
         return _json((await self.manager.key(request.path_params["key"])).public())
 
     async def update_key(self, request: Request) -> Response:
-        key = await self.manager.update_key(
-            request.path_params["key"], await _spec(request, KeyUpdate)
-        )
+        spec = await _spec(request, KeyUpdate)
+        self._budget_checked(spec.limits)
+        key = await self.manager.update_key(request.path_params["key"], spec)
         self.authenticator.forget(key.id)
         return _json(key.public())
 

@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from gateway.admin.budget_cli import budget_figures, parse_budget
 from gateway.auth.config import AuthConfig, HashSecretError
 from gateway.auth.manage import (
     InvalidSpec,
@@ -75,6 +76,9 @@ def _tenant_commands(parser: argparse.ArgumentParser) -> None:
     create.add_argument("--if-missing", action="store_true", help="an existing one is fine")
     _limit_options(create)
     _command(sub, "list", _list_tenants, "every tenant")
+    _command(sub, "budget", _tenant_budget, "a tenant's budget and what it spent").add_argument(
+        "tenant_id"
+    )
     for action, operation in (("show", _show_tenant), ("disable", _disable), ("enable", _enable)):
         _command(sub, action, operation, f"{action} a tenant").add_argument("tenant_id")
 
@@ -89,6 +93,7 @@ def _key_commands(parser: argparse.ArgumentParser) -> None:
     create.add_argument("--print-secret-only", action="store_true", help="print just the key")
     _limit_options(create)
     _command(sub, "list", _list_keys, "keys (never their secrets)").add_argument("--tenant")
+    _command(sub, "budget", _key_budget, "a key's budget and what it spent").add_argument("key_id")
     _command(sub, "revoke", _revoke_key, "revoke a key").add_argument("key_id")
     rotate = _command(sub, "rotate", _rotate_key, "a new secret for a key")
     rotate.add_argument("key_id")
@@ -131,6 +136,12 @@ def _limit_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens-per-minute", type=int)
     parser.add_argument("--concurrent-requests", type=int)
     parser.add_argument("--daily-tokens", type=int)
+    parser.add_argument(
+        "--budget",
+        type=parse_budget,
+        metavar="AMOUNT[:PERIOD[:MODE]]",
+        help="money per day|month|none, hard|soft (default month, hard): 200:month:hard",
+    )
 
 
 def _run(args: argparse.Namespace, operation: Operation, migrate: bool) -> int:
@@ -194,6 +205,7 @@ def _limits(args: argparse.Namespace) -> Limits:
         tokens_per_minute=args.tokens_per_minute,
         concurrent_requests=args.concurrent_requests,
         daily_tokens=args.daily_tokens,
+        budget=args.budget,
     )
 
 
@@ -242,6 +254,16 @@ async def _create_key(args: argparse.Namespace, store: Store) -> Any:
         expires_in_seconds=args.expires_in,
     )
     return await store.manager.create_key(args.tenant, spec)
+
+
+async def _tenant_budget(args: argparse.Namespace, store: Store) -> Any:
+    tenant = await store.manager.tenant(args.tenant_id)
+    return await budget_figures(args, "tenant", tenant.id, tenant.limits)
+
+
+async def _key_budget(args: argparse.Namespace, store: Store) -> Any:
+    key = await store.manager.key(args.key_id)
+    return await budget_figures(args, "key", key.id, key.limits)
 
 
 async def _list_keys(args: argparse.Namespace, store: Store) -> Any:

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import Field
 
 from configkit import StrictModel
+from gateway.limits.budgets import Budget
 from gateway.values import value
 
 
@@ -20,11 +21,14 @@ class Limits(StrictModel):
     concurrent_requests: int | None = Field(None, ge=1)
     daily_tokens: int | None = Field(None, ge=1)
     """Input + output tokens per UTC day (the rate limiter's quota)."""
+    budget: Budget | None = None
+    """Money per period (gateway/limits/budgets.py); never inherited from the tenant."""
 
     def over(self, defaults: Limits) -> Limits:
-        """These limits, with ``defaults`` filling what is unset."""
-        mine = self.model_dump(exclude_none=True)
-        return Limits.model_validate({**defaults.model_dump(exclude_none=True), **mine})
+        """These limits, with ``defaults`` filling what is unset; not the budget: a key's
+        budget is its own counter, checked beside its tenant's, never a copy of it."""
+        inherited = defaults.model_copy(update={"budget": self.budget})
+        return inherited.model_copy(update=self.model_dump(exclude_none=True, exclude={"budget"}))
 
 
 NO_LIMITS = Limits()
@@ -48,7 +52,7 @@ class Tenant:
             "object": "tenant",
             "name": self.name,
             "allowed_models": _sorted_or_none(self.allowed_models),
-            "limits": self.limits.model_dump(exclude_none=True),
+            "limits": self.limits.model_dump(mode="json", exclude_none=True),
             "labels": dict(self.labels),
             "enabled": self.enabled,
             "created_at": self.created_at,
@@ -80,7 +84,7 @@ class ApiKey:
             "tenant_id": self.tenant_id,
             "name": self.name,
             "allowed_models": _sorted_or_none(self.allowed_models),
-            "limits": self.limits.model_dump(exclude_none=True),
+            "limits": self.limits.model_dump(mode="json", exclude_none=True),
             "expires_at": self.expires_at,
             "revoked": self.revoked_at is not None,
             "revoked_at": self.revoked_at,

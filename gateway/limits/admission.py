@@ -6,12 +6,18 @@ the upstream's usage; a failure before any output refunds it::
 
     limiter = RateLimiter.build(config.limits, gateway_metrics)
     subjects = limiter.subjects(principal)                 # () when nothing limits the caller
-    reservation = await limiter.admit("gw-id-1", subjects, tokens=1000)   # or raises RateLimited
+    reservation = await limiter.admit("gw-id-1", subjects, tokens=1000, money=4200)  # or 429
     reservation.headers                                                  # x-ratelimit-* quotas
     ...
-    limiter.settle(reservation, used_tokens=950)                         # never blocks or raises
+    limiter.settle(reservation, used_tokens=950, cost=3100)              # never blocks or raises
 
-The request id that keys the concurrency slot is the one the gateway made, never the client's.
+``money`` is the request's maximum cost in micro-units, reserved against the subjects' budgets
+by the same backend call (in Redis, the same script) as the tokens; ``cost`` what it cost. The
+request id that keys the concurrency slot is the one the gateway made, never the client's.
+
+When the store cannot answer, ``limits.on_backend_error`` decides for the rate limits, but a
+request a hard budget applies to is refused (503) whatever it says: a money limit that admitted
+blind could overspend without bound while the store is down. Soft budgets follow the policy.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from pydantic import BaseModel
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.errors import LimiterUnavailable
 from gateway.extras import require
+from gateway.limits.alerts import BudgetAlerter
 from gateway.limits.config import LimitsConfig, LimitValues
 from gateway.limits.headers import Header, quota_headers, refusal_error
 from gateway.limits.memory import MemoryLimiter
@@ -62,6 +69,8 @@ class Reservation:
     tokens: int
     headers: tuple[Header, ...] = ()
     """The quota headers every response of the request carries."""
+    money: int = 0
+    """Micro-units reserved against the budgets."""
 
 
 def build_backend(config: LimitsConfig, clock: Clock = SYSTEM_CLOCK) -> LimiterBackend:
@@ -82,10 +91,17 @@ def build_backend(config: LimitsConfig, clock: Clock = SYSTEM_CLOCK) -> LimiterB
 
 
 class RateLimiter:
-    def __init__(self, config: LimitsConfig, backend: LimiterBackend, metrics: LimitMetrics):
+    def __init__(
+        self,
+        config: LimitsConfig,
+        backend: LimiterBackend,
+        metrics: LimitMetrics,
+        alerter: BudgetAlerter | None = None,
+    ):
         self.config = config
-        self.backend = backend
         self.metrics = metrics
+        self.alerter = alerter or BudgetAlerter(config.budget_alerts, metrics.gateway)
+        self.backend = backend
         self.reachable = True
         # By the limits object's identity (it is kept in the entry, so its id is not reused):
         # hashing and comparing pydantic models field by field cost more than the conversion.
@@ -95,6 +111,16 @@ class RateLimiter:
         defaults = config.defaults
         self._anonymous = () if defaults.unlimited else (Subject("key", ANONYMOUS, defaults),)
 
+    @property
+    def backend(self) -> LimiterBackend:
+        return self._backend
+
+    @backend.setter
+    def backend(self, backend: LimiterBackend) -> None:
+        """The store; its settlements' budget alerts go to this limiter's alerter."""
+        backend.on_alert = self.alerter.fire
+        self._backend = backend
+
     @classmethod
     def build(
         cls, config: LimitsConfig, metrics: GatewayMetrics, clock: Clock = SYSTEM_CLOCK
@@ -103,16 +129,16 @@ class RateLimiter:
         return cls(config, build_backend(config, clock), limit_metrics)
 
     async def admit(
-        self, request_id: str, subjects: tuple[Subject, ...], tokens: int
+        self, request_id: str, subjects: tuple[Subject, ...], tokens: int, money: int = 0
     ) -> Reservation:
-        """Reserve ``tokens`` for ``subjects`` (see :meth:`subjects`); raises the 429 (with the
-        quota headers), or the policy's 503."""
+        """Reserve ``tokens`` and ``money`` for ``subjects`` (see :meth:`subjects`); raises the
+        429 (with the quota headers), or the policy's 503 (a hard budget's, whatever it is)."""
         if not subjects:
             return Reservation(None, tokens)
         try:
-            decision = await self.backend.acquire(subjects, tokens, request_id)
+            decision = await self.backend.acquire(subjects, tokens, request_id, money)
         except BackendUnavailable as err:
-            self._unreachable(err)
+            self._unreachable(err, hard_budget=money > 0 and _hard_budget(subjects))
             return Reservation(None, tokens)
         self._reached()
         headers = tuple(quota_headers(decision))
@@ -123,12 +149,13 @@ class RateLimiter:
                 tenant, f"{refusal.subject.scope} {refusal.limit_name}"
             ).inc()
             raise refusal_error(refusal, headers)
-        return Reservation(decision.ticket, tokens, headers)
+        return Reservation(decision.ticket, tokens, headers, money)
 
-    def settle(self, reservation: Reservation, used_tokens: int) -> None:
-        """True the reservation up to ``used_tokens`` (0: a refund) and free its slot."""
+    def settle(self, reservation: Reservation, used_tokens: int, cost: int = 0) -> None:
+        """True the reservation up to ``used_tokens`` and ``cost`` (0: a refund) and free its
+        slot."""
         if reservation.ticket is not None:
-            self.backend.settle(reservation.ticket, used_tokens)
+            self.backend.settle(reservation.ticket, used_tokens, cost)
 
     def subjects(self, identity: Identity | None) -> tuple[Subject, ...]:
         """Who this request is limited as: its key and its tenant, those with any limit."""
@@ -160,13 +187,17 @@ class RateLimiter:
         self._values[id(limits)] = (limits, values)
         return values
 
-    def _unreachable(self, err: BackendUnavailable) -> None:
-        policy = self.config.on_backend_error
+    def _unreachable(self, err: BackendUnavailable, *, hard_budget: bool = False) -> None:
+        policy = "closed" if hard_budget else self.config.on_backend_error
         self.metrics.backend_errors.labels(policy).inc()
         if self.reachable:
             self.reachable = False
             self.metrics.backend_up.set(0)
             logger.error("rate limiter store unreachable, failing %s: %s", policy, err)
+        if hard_budget:
+            raise LimiterUnavailable(
+                "The budget store is unavailable and a hard budget applies; try again shortly."
+            )
         if policy == "closed":
             raise LimiterUnavailable("The rate limiter is unavailable; try again shortly.")
 
@@ -195,5 +226,14 @@ class RateLimiter:
         self.metrics.backend_up.set(0)
         logger.error("rate limiter store unreachable (readiness check)")
 
+    async def budget_state(self, subject: Subject) -> tuple[int, int, int]:
+        """(period, committed, spent) of ``subject``'s budget; raises BackendUnavailable."""
+        return await self.backend.budget_state(subject)
+
     async def aclose(self) -> None:
         await self.backend.aclose()
+        await self.alerter.aclose()
+
+
+def _hard_budget(subjects: tuple[Subject, ...]) -> bool:
+    return any(s.limits.budget is not None and s.limits.budget.hard for s in subjects)

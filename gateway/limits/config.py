@@ -14,6 +14,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from configkit import StrictModel
+from gateway.limits.alerts import BudgetAlertsConfig
+from gateway.limits.budgets import Budget
 
 
 class LimitValues(StrictModel):
@@ -23,10 +25,14 @@ class LimitValues(StrictModel):
     tokens_per_minute: int | None = Field(None, ge=1)
     concurrent_requests: int | None = Field(None, ge=1)
     daily_tokens: int | None = Field(None, ge=1)
+    budget: Budget | None = None
+    """Money (``budgets.py``): a subject's own, never inherited (a key's budget is a second
+    counter beside its tenant's, not a copy of it)."""
 
     def over(self, fallback: LimitValues) -> LimitValues:
-        """These values, each unset one taken from ``fallback``."""
+        """These values, each unset one taken from ``fallback`` (the budget never is)."""
         return LimitValues(
+            budget=self.budget,
             requests_per_minute=_first(self.requests_per_minute, fallback.requests_per_minute),
             tokens_per_minute=_first(self.tokens_per_minute, fallback.tokens_per_minute),
             concurrent_requests=_first(self.concurrent_requests, fallback.concurrent_requests),
@@ -40,6 +46,7 @@ class LimitValues(StrictModel):
             and self.tokens_per_minute is None
             and self.concurrent_requests is None
             and self.daily_tokens is None
+            and self.budget is None
         )
 
 
@@ -62,8 +69,16 @@ class LimitsConfig(StrictModel):
     """Used for every value neither the key nor its tenant sets."""
     default_max_tokens: int = Field(1024, ge=1)
     """Output tokens reserved for a request that does not say ``max_tokens``."""
+    budget_alerts: BudgetAlertsConfig = BudgetAlertsConfig()
+    """Where budget alerts go besides the log and the metric (``alerts.py``)."""
     concurrency_lease: float = Field(3600.0, gt=0)
     """Seconds after which an in-flight slot a crashed replica never released expires (Redis)."""
+
+    @model_validator(mode="after")
+    def _no_default_budget(self) -> LimitsConfig:
+        if self.defaults.budget is not None:
+            raise ValueError("defaults.budget: budgets are set per tenant or per key")
+        return self
 
     @model_validator(mode="after")
     def _redis_needs_url(self) -> LimitsConfig:

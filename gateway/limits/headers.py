@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from gateway.errors import RateLimited, TokensRateLimited
+from gateway.errors import BudgetExhausted, RateLimited, TokensRateLimited
+from gateway.limits.budgets import MICROS, iso
 from gateway.limits.types import Decision, Quota, Refusal
 
 Header = tuple[bytes, bytes]
@@ -45,6 +46,8 @@ def refusal_error(refusal: Refusal, quota: tuple[Header, ...] = ()) -> RateLimit
     """The 429, with ``retry-after``/``retry-after-ms`` when waiting will help (the SDKs obey),
     and the quota headers."""
     subject = refusal.subject
+    if refusal.limit_name == "budget":
+        return budget_error(refusal, quota)
     where = f"{refusal.limit_name} on {subject.scope} {subject.id}"
     cls = TokensRateLimited if "tokens" in refusal.limit_name else RateLimited
     headers = {k.decode(): v.decode() for k, v in quota}
@@ -62,3 +65,24 @@ def refusal_error(refusal: Refusal, quota: tuple[Header, ...] = ()) -> RateLimit
         f"Requested {refusal.requested}. Please try again in {duration(wait)}.",
         headers=headers,
     )
+
+
+def budget_error(refusal: Refusal, quota: tuple[Header, ...] = ()) -> BudgetExhausted:
+    """OpenAI's ``insufficient_quota``: which budget, its figures and when it resets (UTC);
+    ``x-should-retry: false`` so the SDKs do not retry what only a new period can admit."""
+    subject = refusal.subject
+    headers = {k.decode(): v.decode() for k, v in quota}
+    headers["x-should-retry"] = "false"
+    resets = iso(refusal.resets_at)
+    when = f"It resets at {resets}." if resets else "It does not reset (period none)."
+    return BudgetExhausted(
+        f"Budget exhausted for {subject.scope} {subject.id}: Limit {_units(refusal.limit)}, "
+        f"Committed {_units(refusal.used)}, Requested {_units(refusal.requested)} (the "
+        f"request's maximum cost). {when}",
+        headers=headers,
+    )
+
+
+def _units(micros: int) -> str:
+    units, rest = divmod(micros, MICROS)
+    return f"{units}.{rest:06d}"

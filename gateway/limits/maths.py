@@ -25,9 +25,10 @@ and refills it at the limit's rate, whatever the day.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.bucket import Bucket
+from gateway.limits.budgets import BudgetAlert, MoneyState, exceeds, period_reset, settle_money
 from gateway.limits.config import LimitValues
 from gateway.limits.types import Quota, Refusal, Subject
 
@@ -76,6 +77,7 @@ class SubjectState:
     in_flight: int = 0
     day: int = -1
     day_used: int = 0
+    money: MoneyState = field(default_factory=MoneyState)
 
     @classmethod
     def fresh(cls, now: float) -> SubjectState:
@@ -91,11 +93,20 @@ class SubjectState:
         today = day_of(now)
         self.day_used = carried(self.day_used, self.day, today, limits.daily_tokens)
         self.day = today
+        if limits.budget is not None:
+            self.money.refill(limits.budget, now)
 
 
-def check(subject: Subject, state: SubjectState, tokens: int, now: float) -> Refusal | None:
-    """Whether one more request of ``tokens`` fits every limit of ``subject`` (state refilled)."""
+def check(
+    subject: Subject, state: SubjectState, tokens: int, now: float, money: int = 0
+) -> Refusal | None:
+    """Whether one more request of ``tokens`` costing at most ``money`` fits every limit of
+    ``subject`` (state refilled). The budget is checked first: when it refuses, no wait helps."""
     lim = subject.limits
+    budget = lim.budget
+    if budget is not None and exceeds(budget, state.money, money):
+        resets = period_reset(budget.period, state.money.period)
+        return Refusal(subject, "budget", budget.micros, state.money.committed, money, None, resets)
     rpm, tpm = lim.requests_per_minute, lim.tokens_per_minute
     if rpm is not None and state.requests.level < 1:
         used = rpm - max(0, math.floor(state.requests.level))
@@ -118,20 +129,35 @@ def check(subject: Subject, state: SubjectState, tokens: int, now: float) -> Ref
     return None
 
 
-def take(state: SubjectState, tokens: int) -> None:
+def take(subject: Subject, state: SubjectState, tokens: int, money: int = 0) -> None:
     state.requests.level -= 1
     state.tokens.level -= tokens
     state.in_flight += 1
     state.day_used += tokens
+    if subject.limits.budget is not None:
+        state.money.committed += money
+
+
+def budget_period(subject: Subject, state: SubjectState) -> int:
+    """The period a reservation's money was taken in (-1: the subject has no budget)."""
+    return -1 if subject.limits.budget is None else state.money.period
 
 
 def give_back(
-    subject: Subject, state: SubjectState, reserved: int, used: int, day: int, now: float
-) -> None:
-    """Settle one request: unused tokens return (a refund is ``used=0``), its slot frees.
+    subject: Subject,
+    state: SubjectState,
+    reserved: int,
+    used: int,
+    day: int,
+    now: float,
+    money: tuple[int, int, int] = (0, 0, -1),
+) -> list[BudgetAlert]:
+    """Settle one request: unused tokens return (a refund is ``used=0``), its slot frees, the
+    budget keeps what it cost; returns the budget alerts this settlement crossed.
 
     ``day`` is the reservation's; settled on a later day, only the excess over the reservation
-    is charged to today (see the module's docstring).
+    is charged to today (see the module's docstring). ``money`` is (reserved, cost, the
+    reservation's budget period), in micro-units, under the same rule.
     """
     state.refill(subject.limits, now)
     tpm = subject.limits.tokens_per_minute
@@ -143,6 +169,17 @@ def give_back(
         else:
             state.day_used = max(0, state.day_used + used - reserved)
     state.in_flight = max(0, state.in_flight - 1)
+    budget = subject.limits.budget
+    if budget is None:
+        return []
+    held, cost, period = money
+    crossed = settle_money(budget, state.money, held, cost, period)
+    resets = period_reset(budget.period, state.money.period)
+    spent = state.money.spent
+    return [
+        BudgetAlert(subject.scope, subject.id, t, spent, budget.micros, budget.period, resets)
+        for t in crossed
+    ]
 
 
 def tightest(current: Quota | None, candidate: Quota | None) -> Quota | None:

@@ -11,6 +11,7 @@ class LimitMetrics:
     """``refusals`` is the gateway's ``gateway_rate_limit_refusals`` (labels tenant, limit)."""
 
     def __init__(self, metrics: GatewayMetrics) -> None:
+        self.gateway = metrics
         self.refusals = metrics.rate_limit_refusals
         self.backend_up = Gauge(
             "gateway_rate_limiter_backend_up",

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import field
 from typing import Literal, Protocol
 
+from gateway.limits.budgets import BudgetAlert
 from gateway.limits.config import LimitValues
 from gateway.values import value
 
@@ -44,6 +46,8 @@ class Refusal:
     used: int
     requested: int
     retry_after: float | None
+    resets_at: float | None = None
+    """A budget's: when its period ends (None: a budget that never resets)."""
 
 
 @value
@@ -54,6 +58,10 @@ class Ticket:
     tokens: int
     request_id: str
     day: int
+    money: int = 0
+    """Micro-units reserved against every subject's budget (0: none reserved)."""
+    periods: tuple[int, ...] = ()
+    """Each subject's budget period at admission (-1: no budget), to settle across a turn."""
 
 
 @value
@@ -66,6 +74,14 @@ class Decision:
     tokens: Quota | None
 
 
+AlertSink = Callable[[BudgetAlert], None]
+"""Where a backend hands the alerts its settlements decided (it never blocks or raises)."""
+
+
+def no_alerts(alert: BudgetAlert) -> None:
+    """The sink of a backend nobody listens to."""
+
+
 class BackendUnavailable(Exception):
     """The limiter's store could not answer (Redis down, slow or full); the policy decides."""
 
@@ -74,16 +90,23 @@ class LimiterBackend(Protocol):
     """Where the counters live: this process (``memory``) or Redis, shared by every replica.
 
     ``acquire`` checks every limit of every subject and takes them all, or none, atomically;
-    it raises :class:`BackendUnavailable` when the store cannot answer. ``settle`` never blocks
-    the caller and never raises: it runs even while a request is being torn down by a
-    disconnect; ``drain`` and ``aclose`` wait for the settlements still on their way.
+    it raises :class:`BackendUnavailable` when the store cannot answer. ``money`` is the
+    request's maximum cost in micro-units, reserved against the subjects' budgets with the
+    tokens. ``settle`` never blocks the caller and never raises: it runs even while a request is
+    being torn down by a disconnect; the budget alerts it decides go to ``on_alert``. ``drain``
+    and ``aclose`` wait for the settlements still on their way.
     """
 
+    on_alert: AlertSink
+
     async def acquire(
-        self, subjects: tuple[Subject, ...], tokens: int, request_id: str
+        self, subjects: tuple[Subject, ...], tokens: int, request_id: str, money: int = 0
     ) -> Decision: ...
 
-    def settle(self, ticket: Ticket, used_tokens: int) -> None: ...
+    def settle(self, ticket: Ticket, used_tokens: int, used_money: int = 0) -> None: ...
+
+    async def budget_state(self, subject: Subject) -> tuple[int, int, int]:
+        """A budget's counters now: (period, committed, spent), refilled to the period."""
 
     async def ping(self) -> bool: ...
 

@@ -139,7 +139,7 @@ class Pipeline:
             # A translated request (Responses) is counted from its translation: what goes upstream.
             prompt = PromptTokens(route.counter, request.operation, request.payload)
             reservation = await self.state.accounting.admit(
-                arrival, principal, request, prompt, route.default_max_tokens
+                arrival, principal, request, prompt, route.default_max_tokens, route.name
             )
         except GatewayError as err:
             relay = Relay(sink, strip_usage=False)

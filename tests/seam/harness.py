@@ -44,9 +44,9 @@ class CountingLimiter(MemoryLimiter):
         super().__init__(clock=clock.wall)
         self.settled: Counter[str] = Counter()
 
-    def settle(self, ticket: Ticket, used_tokens: int) -> None:
+    def settle(self, ticket: Ticket, used_tokens: int, used_money: int = 0) -> None:
         self.settled[ticket.request_id] += 1
-        super().settle(ticket, used_tokens)
+        super().settle(ticket, used_tokens, used_money)
 
     def in_flight(self) -> int:
         return sum(state.in_flight for state in self._states.values())
