@@ -31,6 +31,7 @@ from gateway.accesslog import AccessLog
 from gateway.accounting.ledger_sql import SqlLedgerStore
 from gateway.accounting.usage_api import usage_routes
 from gateway.admin.api import REQUEST_MODELS, admin_routes, own_key_routes
+from gateway.admin.prices import price_admin_routes
 from gateway.admin.routing import routing_admin_routes
 from gateway.auth.middleware import auth_middleware
 from gateway.batch_runner import BatchRunner
@@ -126,6 +127,7 @@ def create_app(
         ),
         *responses_routes(state.responses, admin=state.auth is not None),
         *batch_routes(state.batches if config.batches.enabled else None),
+        *price_admin_routes(state, state.auth),  # before the /admin mount, as usage is
         *admin_routes(state.auth),
         *own_key_routes(state.auth),
         *console_routes(enabled=config.console.enabled),
