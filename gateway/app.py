@@ -33,6 +33,7 @@ from gateway.accounting.usage_api import usage_routes
 from gateway.admin.api import REQUEST_MODELS, admin_routes, own_key_routes
 from gateway.admin.budgets import REQUEST_MODELS as BUDGET_BODIES
 from gateway.admin.budgets import budget_routes
+from gateway.admin.prices import price_admin_routes
 from gateway.admin.routing import routing_admin_routes
 from gateway.auth.middleware import auth_middleware
 from gateway.batch_runner import BatchRunner
@@ -135,6 +136,7 @@ def create_app(
         *responses_routes(state.responses, admin=state.auth is not None),
         *batch_routes(state.batches if config.batches.enabled else None),
         *budget_routes(state.auth, state.accounting),  # before the /admin mount too
+        *price_admin_routes(state, state.auth),  # before the /admin mount, as usage is
         *admin_routes(state.auth, lambda: state.accounting.prices.currency),
         *own_key_routes(state.auth),
         *console_routes(enabled=config.console.enabled),

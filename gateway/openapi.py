@@ -423,6 +423,7 @@ def _operations() -> dict[str, dict[str, Any]]:
         ),
         **_batch_paths(_errors_of(("400", "401", "404", "413", "415", "429", "500", "503"))),
         **_budget_paths(_errors_of(("400", "401", "403", "404", "500", "503"))),
+        **_price_paths(_errors_of(("400", "401", "403", "404", "413", "415", "500", "503"))),
         "/metrics": {
             "get": {
                 "summary": "Prometheus metrics (an admin key or auth.metrics_token; tenant series "
@@ -695,6 +696,85 @@ def _batch_paths(errors: dict[str, Any]) -> dict[str, Any]:
         "/v1/batches/{batch_id}/cancel": {"post": _op(
             "Cancel a batch: cancelling, then cancelled with the lines done so far", errors,
             path=b, result=_BATCH)},
+    }  # fmt: skip
+
+
+# A price as the admin API takes it (gateway/accounting/prices.py's PriceSpec): decimal strings
+# per million tokens, never JSON numbers (a float has lost its exact value before it is read).
+_DECIMAL = {"type": "string", "pattern": r"^\d{1,6}(\.\d{1,6})?$"}
+_PRICE_BODY = {
+    "type": "object",
+    "required": ["currency", "input", "output"],
+    "properties": {
+        "currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
+        "input": _DECIMAL,
+        "cached_input": {"anyOf": [_DECIMAL, {"type": "null"}]},
+        "output": _DECIMAL,
+        "batch_discount": {"type": "string", "pattern": r"^0(\.\d{1,6})?$"},
+    },
+    "additionalProperties": False,
+}
+_PRICE_ENTRY = {
+    "type": "object",
+    "required": ["model", "variant", "source", "currency", "version", "in_force"],
+    "properties": {
+        "model": _STRING,
+        "variant": {"type": ["string", "null"]},
+        "source": {"enum": ["config", "admin"]},
+        "currency": {"type": ["string", "null"]},
+        "version": _STRING,
+        "input": _STRING,
+        "cached_input": _STRING,
+        "output": _STRING,
+        "batch_discount": _STRING,
+        "set_at": {"type": ["number", "null"]},
+        "set_by": {"type": ["string", "null"]},
+        "configured": {"type": "boolean"},
+        "in_force": {"type": "boolean"},
+    },
+}
+_PRICE_LIST = {
+    "type": "object",
+    "required": ["object", "data"],
+    "properties": {
+        "object": {"const": "list"},
+        "currency": {"type": ["string", "null"]},
+        "data": {"type": "array", "items": _PRICE_ENTRY},
+    },
+}
+_PRICE_CLEARED = {
+    "type": "object",
+    "required": ["model", "variant", "deleted", "price"],
+    "properties": {
+        "model": _STRING,
+        "variant": {"type": ["string", "null"]},
+        "deleted": {"const": True},
+        "price": {"anyOf": [_PRICE_ENTRY, {"type": "null"}]},
+    },
+}
+
+
+def _price_paths(errors: dict[str, Any]) -> dict[str, Any]:
+    """Prices set through the admin API (gateway/admin/prices.py), laid over the config's."""
+    m, mv = ("model",), ("model", "variant")
+    return {
+        "/admin/prices": {"get": _op(
+            "Every price in force (source config or admin, its version), and API prices not "
+            "in force", errors, result=_PRICE_LIST)},
+        "/admin/prices/{model}": {
+            "get": _op("The model's prices (its variants' too)", errors, path=m,
+                       result=_PRICE_LIST),
+            "put": _op("Set the model's price: stored, a new version, on every replica within "
+                       "accounting.prices_sync_seconds", errors, path=m, body=_PRICE_BODY,
+                       result=_PRICE_ENTRY),
+            "delete": _op("Remove the API's price: the config's, if any, applies again",
+                          errors, path=m, result=_PRICE_CLEARED)},
+        "/admin/prices/{model}/variants/{variant}": {
+            "get": _op("The variant's own price", errors, path=mv, result=_PRICE_LIST),
+            "put": _op("Set the variant's own price", errors, path=mv, body=_PRICE_BODY,
+                       result=_PRICE_ENTRY),
+            "delete": _op("Remove the variant's API price", errors, path=mv,
+                          result=_PRICE_CLEARED)},
     }  # fmt: skip
 
 

@@ -21,3 +21,6 @@ class AccountingConfig(StrictModel):
     """A local file (JSON lines) for rows beyond ``ledger_max_buffered``, written back once the
     store answers, also after a restart. Without it rows stay in memory (unbounded; logged)."""
     """At shutdown, how long to keep retrying a failing store before giving rows up."""
+    prices_sync_seconds: float = Field(5.0, gt=0, le=3600)
+    """How often each replica reads the prices set through the admin API from the store: a
+    price set through one replica prices the others' rows within about this long."""

@@ -20,13 +20,17 @@ tokens; a price finer than that is refused rather than rounded::
 product of a request's tokens and its prices, rounded half up to the micro-unit, once per request.
 It is a pure function of integers, so a budget can price a reservation's maximum (the prompt at
 the input price, ``max_tokens`` at the output price) with it and settle the real cost the same way.
+
+The config's prices are the default; prices set through the admin API (stored in the gateway's
+database, gateway/accounting/price_store.py) are laid over them entry by entry
+(:meth:`PriceTable.overlaid`), each with a version of its own.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -100,6 +104,25 @@ class TokenPrices(StrictModel):
         return number
 
 
+def currency_code(code: str) -> str:
+    """``code`` if it is an ISO 4217 code (three capitals), else ValueError."""
+    if not re.fullmatch(r"[A-Z]{3}", code):
+        raise ValueError(f"currency must be an ISO 4217 code such as USD, got {code[:40]!r}")
+    return code
+
+
+class PriceSpec(TokenPrices):
+    """One entry's prices as the admin API and CLI take them: the config's fields, and the
+    currency, which is required (``{"currency": "USD", "input": "0.10", "output": "0.40"}``)."""
+
+    currency: str
+
+    @field_validator("currency")
+    @classmethod
+    def _code(cls, code: str) -> str:
+        return currency_code(code)
+
+
 class ModelPrices(TokenPrices):
     variants: dict[str, TokenPrices] = Field(default_factory=dict)
     """A variant's own prices (a canary on another deployment); others use the model's."""
@@ -116,9 +139,7 @@ class PricesConfig(StrictModel):
     @field_validator("currency")
     @classmethod
     def _code(cls, code: str | None) -> str | None:
-        if code is not None and not re.fullmatch(r"[A-Z]{3}", code):
-            raise ValueError(f"currency must be an ISO 4217 code such as USD, got {code[:40]!r}")
-        return code
+        return None if code is None else currency_code(code)
 
     @model_validator(mode="after")
     def _currency_given(self) -> PricesConfig:
@@ -153,17 +174,36 @@ class Price:
     version: str
 
 
-def _price(currency: str, entry: TokenPrices) -> Price:
+def price_parts(entry: TokenPrices) -> tuple[int, int, int, int]:
+    """``entry`` in micro-units per million tokens (input, cached input, output), and its batch
+    discount in parts per million: what a :class:`Price` holds, and the store keeps."""
     cached = entry.input if entry.cached_input is None else entry.cached_input
-    parts = (
+    return (
         _micros(entry.input, "input"),
         _micros(cached, "cached_input"),
         _micros(entry.output, "output"),
         _micros(entry.batch_discount, "batch_discount"),
     )
+
+
+def _price(currency: str, entry: TokenPrices) -> Price:
+    parts = price_parts(entry)
     # The same prices give the same version on every replica and after every restart or reload.
     digest = hashlib.sha256(f"{currency}:{parts}".encode()).hexdigest()[:12]
     return Price(*parts, version=f"{currency}-{digest}")
+
+
+@value
+class PriceOverride:
+    """A price set through the admin API for a model (``variant`` None) or one of its variants;
+    its ``price.version`` names the change that set it (``USD-admin-7``)."""
+
+    model: str
+    variant: str | None
+    currency: str
+    price: Price
+    set_at: float
+    set_by: str | None
 
 
 @value
@@ -181,6 +221,18 @@ class PriceTable:
             for variant, own in entry.variants.items():
                 table[name, variant] = _price(config.currency, own)
         return cls(config.currency, table)
+
+    def overlaid(self, overrides: Iterable[PriceOverride]) -> PriceTable:
+        """This table with each override in place of the entry it names (the others kept: a
+        model's override leaves its variants' own config prices in force). One table has one
+        currency: an override in another is left out (the API refuses to set one)."""
+        currency = self.currency
+        table = dict(self.models)
+        for override in overrides:
+            currency = currency or override.currency
+            if override.currency == currency:
+                table[override.model, override.variant] = override.price
+        return PriceTable(currency, table)
 
     def price(self, model: str, variant: str | None) -> Price | None:
         """The variant's price, else the model's, else None (not priced)."""
@@ -226,6 +278,12 @@ def cost(
         numerator *= _PPM - price.batch_discount_ppm
         denominator *= _PPM
     return (2 * numerator + denominator) // (2 * denominator)
+
+
+def format_price(micros_per_million: int) -> str:
+    """A price in micro-units as the shortest exact decimal string (``150000`` -> ``0.15``),
+    the form the config and the API take it in."""
+    return format(Decimal(micros_per_million).scaleb(-6).normalize(), "f")
 
 
 def format_money(micros: int) -> str:

@@ -20,6 +20,8 @@ from pathlib import Path
 from gateway.accounting.config import AccountingConfig
 from gateway.accounting.ledger import Ledger, UsageRow
 from gateway.accounting.ledger_sql import SqlLedgerStore
+from gateway.accounting.price_book import PriceBook
+from gateway.accounting.price_store import PriceStore
 from gateway.accounting.prices import NO_PRICES, Price, PriceTable, cost
 from gateway.database.database import Database
 from gateway.limits.admission import Identity, RateLimiter, Reservation
@@ -34,13 +36,22 @@ class Accounting:
     ) -> None:
         self.config = config
         self.limiter = limiter
-        self.prices = prices
-        """Swapped whole by a config reload: a request reads it once, when its row is built."""
+        self.book = PriceBook(prices)
+        """The config's prices with the admin API's over them (gateway/accounting/price_book.py)."""
         self.ledger: Ledger | None = None
         limiter.alerter.currency = lambda: self.prices.currency
 
+    @property
+    def prices(self) -> PriceTable:
+        """The prices in force, swapped whole by a reload or the store's changes: a request
+        reads them once, when its row is built."""
+        return self.book.table
+
     async def start(self, database: Database | None) -> None:
-        """Start the ledger writer on the shared store (no store: no ledger)."""
+        """Read the prices set through the API and keep reading them; start the ledger writer
+        on the shared store (no store: no ledger, the config's prices only)."""
+        if database is not None:
+            await self.book.start(PriceStore(database), self.config.prices_sync_seconds)
         if database is not None and self.config.ledger:
             spill = self.config.ledger_spill_path
             self.ledger = Ledger(
@@ -56,6 +67,7 @@ class Accounting:
     async def stop(self) -> None:
         """Flush the ledger and wait for the limiter's settlements: nothing is lost on SIGTERM."""
         await self.limiter.backend.drain()
+        await self.book.stop()
         if self.ledger is not None:
             await self.ledger.close()
         await self.limiter.aclose()

@@ -36,16 +36,25 @@ from gateway.auth.manage import (
 from gateway.auth.models import Limits
 from gateway.auth.service import AuthService
 from gateway.auth.store import RecordExists
-from gateway.config import ConfigError, format_validation_error, load_config
+from gateway.config import ConfigError, GatewayConfig, format_validation_error, load_config
 from gateway.database import Database, MigrationError, StorageConfig
 from gateway.runtime.migrations import all_migrations
+from gateway.values import value
 
 
 class Store:
-    """The open store, and the key manager on it (built on first use: ``db`` needs no secret)."""
+    """The open store, and the key manager on it (built on first use: ``db`` needs no secret);
+    ``config``: the file ``--config`` named, if any (the prices commands check models by it)."""
 
-    def __init__(self, database: Database, storage: StorageConfig, auth: AuthConfig) -> None:
+    def __init__(
+        self,
+        database: Database,
+        storage: StorageConfig,
+        auth: AuthConfig,
+        config: GatewayConfig | None = None,
+    ) -> None:
         self.db = database
+        self.config = config
         self._storage, self._auth = storage, auth
         self._manager: KeyManager | None = None
 
@@ -64,6 +73,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     _key_commands(commands.add_parser("keys", help="create, list, revoke, rotate tenant keys"))
     _admin_key_commands(commands.add_parser("admin-keys", help="keys for the /admin/ API"))
     _db_commands(commands.add_parser("db", help="schema migrations of the store"))
+    from gateway.admin.prices_cli import price_commands  # imports this module's helpers
+
+    price_commands(commands.add_parser("prices", help="show, set, clear prices in the store"))
 
 
 def _tenant_commands(parser: argparse.ArgumentParser) -> None:
@@ -146,8 +158,8 @@ def _limit_options(parser: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace, operation: Operation, migrate: bool) -> int:
     try:
-        storage, auth = _settings(args)
-        return asyncio.run(_with_store(args, storage, auth, operation, migrate))
+        config, storage, auth = _settings(args)
+        return asyncio.run(_with_store(args, Settings(config, storage, auth), operation, migrate))
     except ValidationError as err:
         return _fail(format_validation_error(err))
     except (ConfigError, HashSecretError, MigrationError, InvalidSpec, RecordExists) as err:
@@ -156,18 +168,22 @@ def _run(args: argparse.Namespace, operation: Operation, migrate: bool) -> int:
         return _fail(err.args[0])
 
 
+@value
+class Settings:
+    config: GatewayConfig | None
+    storage: StorageConfig
+    auth: AuthConfig
+
+
 async def _with_store(
-    args: argparse.Namespace,
-    storage: StorageConfig,
-    auth: AuthConfig,
-    operation: Operation,
-    migrate: bool,
+    args: argparse.Namespace, settings: Settings, operation: Operation, migrate: bool
 ) -> int:
-    database = Database.open(storage)
+    database = Database.open(settings.storage)
     try:
         if migrate:
             await database.migrate(all_migrations())
-        result = await operation(args, Store(database, storage, auth))
+        store = Store(database, settings.storage, settings.auth, settings.config)
+        result = await operation(args, store)
     finally:
         await database.close()
     if isinstance(result, IssuedKey) and getattr(args, "print_secret_only", False):
@@ -177,7 +193,10 @@ async def _with_store(
     return 0
 
 
-def _settings(args: argparse.Namespace) -> tuple[StorageConfig, AuthConfig]:
+def _settings(
+    args: argparse.Namespace,
+) -> tuple[GatewayConfig | None, StorageConfig, AuthConfig]:
+    config = None
     if args.config:
         config = load_config(args.config)
         storage, auth = config.storage, config.auth
@@ -185,7 +204,7 @@ def _settings(args: argparse.Namespace) -> tuple[StorageConfig, AuthConfig]:
         storage, auth = StorageConfig(), AuthConfig()
     if args.database_url:
         storage = StorageConfig.model_validate({**storage.model_dump(), "url": args.database_url})
-    return storage, auth
+    return config, storage, auth
 
 
 def _public(result: Any) -> Any:

@@ -104,7 +104,8 @@ class ConfigReloader:
         fresh = [pool for name, pool in new.pools.items() if old.pools.get(name) is not pool]
         await state.watch_pools(fresh)  # first health check before taking traffic
         state.table = new  # the swap: requests started on ``old`` finish on it
-        state.accounting.prices = PriceTable.build(config.prices)  # rows built from now on
+        # Rows built from now on; the prices set through the admin API stay laid over them.
+        state.accounting.book.configure(PriceTable.build(config.prices))
         retired = retired_pools(old, new)
         for pool in retired:
             pool.retired = True

@@ -153,3 +153,28 @@ def test_money_formats_as_an_exact_decimal() -> None:
 def test_no_prices_prices_nothing() -> None:
     assert NO_PRICES.price("m", None) is None
     assert PriceTable.build(PricesConfig()).currency is None
+
+
+def test_overrides_replace_only_the_entries_they_name_in_the_one_currency() -> None:
+    from gateway.accounting.prices import Price, PriceOverride, format_price
+
+    config = PricesConfig.model_validate(
+        {"currency": "USD", "models": {"m": {"input": "1", "output": "2",
+                                             "variants": {"c": {"input": "3", "output": "4"}}}}}
+    )  # fmt: skip
+    table = PriceTable.build(config)
+    mine = Price(1, 1, 1, 0, "USD-admin-1")
+    euro = Price(2, 2, 2, 0, "EUR-admin-2")
+    laid = table.overlaid(
+        [
+            PriceOverride("m", None, "USD", mine, 0.0, None),
+            PriceOverride("n", None, "EUR", euro, 0.0, None),  # another currency: left out
+        ]
+    )
+    assert laid.price("m", None) == mine
+    assert laid.price("m", "c") == table.price("m", "c")  # the variant's own stays
+    assert laid.price("n", None) is None and laid.currency == "USD"
+    assert table.price("m", None) != mine  # the config's table is not changed
+    assert [format_price(p) for p in (150_000, 0, 10_000_000, 1, 600_001)] == [
+        "0.15", "0", "10", "0.000001", "0.600001"
+    ]  # fmt: skip
