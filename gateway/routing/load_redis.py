@@ -102,13 +102,14 @@ class RedisLoadBook(LocalLoadBook):
     def from_config(
         cls, config: LoadSharingConfig, clock: Callable[[], float] = time.monotonic
     ) -> RedisLoadBook:
-        """The book on its own client: one connection is enough (one exchange at a time)."""
+        """The book on ``load_sharing``'s one client (the canary judge, if any, shares it): a
+        few connections (one exchange at a time, the canary's sync beside it)."""
         assert config.redis_url is not None  # the config validator requires it
         client = aioredis.Redis.from_url(
             config.redis_url,
             socket_timeout=config.timeout_seconds,
             socket_connect_timeout=config.timeout_seconds,
-            max_connections=2,
+            max_connections=4,
         )
         return cls(client, config, clock)
 

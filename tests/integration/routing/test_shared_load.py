@@ -174,3 +174,30 @@ async def test_a_place_freed_on_another_book_tells_the_subscribers(
     finally:
         await a.aclose()
         await b.aclose()
+
+
+async def test_the_canary_judge_shares_the_load_books_one_client() -> None:
+    """One Redis client for routing's shared state, configured in ``load_sharing`` alone."""
+    from gateway.config import parse_config
+    from gateway.metrics import GatewayMetrics
+    from gateway.routing.metrics import RoutingMetrics
+    from gateway.runtime.state import build_canaries, build_load_book
+
+    variants = {
+        "stable": {"weight": 90, "pools": {"colocated": "a"}},
+        "canary": {"weight": 10, "pools": {"colocated": "b"}},
+    }
+    config = parse_config(
+        {
+            "load_sharing": {"backend": "redis", "redis_url": "redis://127.0.0.1:1/0"},
+            "pools": {"a": {"urls": ["http://127.0.0.1:1"]}, "b": {"urls": ["http://127.0.0.1:2"]}},
+            "models": {"m": {"variants": variants, "canary": {"baseline": "stable"}}},
+        }
+    )
+    shared = build_load_book(config)
+    assert isinstance(shared, RedisLoadBook)
+    canaries = build_canaries(config, RoutingMetrics(GatewayMetrics()), book=shared)
+    assert canaries.shared and canaries._redis is shared.redis  # type: ignore[attr-defined]
+    await canaries.aclose()  # leaves the book's client open
+    assert shared.redis.connection_pool is not None
+    await shared.aclose()
