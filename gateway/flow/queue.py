@@ -116,9 +116,11 @@ class FlowQueue:
     def band_names(self) -> list[str]:
         return list(self._bands)
 
-    async def enter(self, ticket: Ticket, has_room: HasRoom) -> float:
-        """Seconds waited (0.0 when it went straight on); raises Shed or QueueRefused."""
-        if self.waiting == 0 and has_room(self.pending) is not None:
+    async def enter(self, ticket: Ticket, has_room: HasRoom, *, queued: bool = False) -> float:
+        """Seconds waited (0.0 when it went straight on); raises Shed or QueueRefused.
+        ``queued``: no straight way on, even with room (flow control's gate already tried it:
+        its claim was refused)."""
+        if not queued and self.waiting == 0 and has_room(self.pending) is not None:
             return 0.0
         band = self._bands[ticket.band]
         if band.sheddable:

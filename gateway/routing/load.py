@@ -169,6 +169,17 @@ class LoadBook(Protocol):
     def held(self) -> Mapping[str, int]: ...
     @property
     def stable_hashes(self) -> bool: ...
+    @property
+    def claims(self) -> bool: ...
+    async def claim(
+        self,
+        pool: Pool,
+        *,
+        tenant: str,
+        starting: bool,
+        prompt_tokens: int,
+        reserve: tuple[int, int],
+    ) -> bool: ...
     async def start(self) -> None: ...
     async def aclose(self) -> None: ...
 
@@ -364,6 +375,26 @@ class LocalLoadBook:
         """Prompt blocks must be named the same in every process (the prefix hints are
         shared): False here, so the index uses Python's cheaper salted hash."""
         return False
+
+    @property
+    def claims(self) -> bool:
+        """Flow control must claim a place (:meth:`claim`) before dispatch takes it: only where
+        other gateways count on the same places (the Redis book). False: its own room check is
+        exact, and no request waits on anything."""
+        return False
+
+    async def claim(
+        self,
+        pool: Pool,
+        *,
+        tenant: str,
+        starting: bool,
+        prompt_tokens: int,
+        reserve: tuple[int, int],
+    ) -> bool:
+        """Here every figure is this gateway's own, so the room check that found the place
+        holds it: True (the Redis book checks every gateway's figures at once)."""
+        return True
 
     def own(self, pool: str) -> tuple[int, int, int]:
         """This gateway's (in flight, starting, prompt tokens) on ``pool``."""
