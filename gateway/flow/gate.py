@@ -93,7 +93,8 @@ class FlowGate:
         started = self._clock()
         try:
             while True:
-                await queue.enter(ticket, room, queued=claims)
+                left = self.config.max_wait_seconds - (self._clock() - started)
+                await queue.enter(ticket, room, queued=claims, max_wait=left)
                 if not claims or await self._claim(book, plan, room.found, waited, request):
                     break
                 self._check_wait(started)  # refused by another gateway's claim: wait again
