@@ -93,6 +93,8 @@ class FlowGate:
         started = self._clock()
         try:
             while True:
+                if claims:  # it waits on figures another gateway may have freed already
+                    book.refresh()
                 left = self.config.max_wait_seconds - (self._clock() - started)
                 await queue.enter(ticket, room, queued=claims, max_wait=left)
                 if not claims or await self._claim(book, plan, room.found, waited, request):

@@ -182,6 +182,7 @@ class LoadBook(Protocol):
         prompt_tokens: int,
         reserve: tuple[int, int],
     ) -> bool: ...
+    def refresh(self) -> None: ...
     async def start(self) -> None: ...
     async def aclose(self) -> None: ...
 
@@ -451,6 +452,10 @@ class LocalLoadBook:
         """This gateway's (in flight, prompt tokens) on one replica."""
         counts = self._book(pool).replicas.get(replica.label)
         return (0, 0) if counts is None else (counts.outstanding, counts.prompt_tokens)
+
+    def refresh(self) -> None:
+        """Someone must wait on the figures now: nothing to read here (the Redis book reads
+        the other gateways' at once, so a place freed there is seen within a round trip)."""
 
     async def start(self) -> None:
         """Nothing to start here (the Redis book starts its exchange)."""

@@ -185,6 +185,9 @@ class RedisLoadBook(LocalLoadBook):
     def _changed(self) -> None:
         self._wake.set()  # the exchange task sends it as soon as the one in flight is done
 
+    def refresh(self) -> None:
+        self._wake.set()  # a request waits on these figures: read the others' now
+
     def _recorded(self, pool: str, label: str, blocks: PromptBlocks) -> None:
         if self.config.max_hints:
             self._outbox.append((pool, label, blocks.hashes[:MAX_HINT_BLOCKS]))
