@@ -196,7 +196,11 @@ class RedisLoadBook(LocalLoadBook):
         interval = self.config.interval_seconds
         while True:
             self._wake.clear()  # what changes from here on is in the next exchange
-            await self.exchange()
+            try:
+                await self.exchange()
+            except Exception:  # a bug must not end the sharing: logged, the own view stands
+                logger.exception("shared load exchange failed")
+                self._lost(RuntimeError("exchange failed"))
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(interval):
                     await self._wake.wait()
