@@ -17,13 +17,15 @@ figures show the engines' queues and caches, not the gateway or the load generat
 
     .venv/bin/python loadtests/bench_serving.py [--experiment cache|tenants|overload|all]
         [--overlay gateway-overlay.yaml [--baseline]] [--out bench-serving/] [--quick]
-        [--time-scale X] [--gateways N] [--tree DIR]
+        [--time-scale X] [--gateways N] [--tree DIR] [--replicas N]
 
 ``--gateways N`` starts N gateway processes on one Redis (a redis-server of the benchmark's own,
 on a unix socket): the rate limits on it, and the load shared through it (``load_sharing`` where
 the tree has it, issue 35; an older tree shares what it can through ``limits.backend: redis``);
 pd-loadtest sends its requests round robin over the N. ``--tree DIR`` runs the gateway (and its
 command line) from another checkout (``PYTHONPATH``), e.g. ``git archive main`` unpacked.
+``--replicas N`` gives each pool N simulated engines (a conversation's cache is then on one of
+them: the replica choice, and so the gateways' shared prefix index, decides its hits).
 
 ``--time-scale X`` multiplies every simulated time by X and divides the offered rates by X
 (sending X times longer, so the sample counts stay): the same runs relative to the engines'
@@ -85,15 +87,19 @@ class Engines:
         return seqs / (decode_s + prefill_s) / self.scale
 
 
-def gateway_config(pd_url: str, colo_url: str, db_url: str, port: int) -> dict[str, Any]:
+def gateway_config(
+    pd_url: str | list[str], colo_url: str | list[str], db_url: str, port: int
+) -> dict[str, Any]:
     timeouts = {"first_byte": 120, "idle": 120}
+    pd_urls = [pd_url] if isinstance(pd_url, str) else pd_url
+    colo_urls = [colo_url] if isinstance(colo_url, str) else colo_url
     return {
         "server": {"host": "127.0.0.1", "port": port, "access_log": False},
         "storage": {"url": db_url},
         "auth": {"enabled": True},
         "pools": {
-            "pd": {"urls": [pd_url], "timeouts": timeouts},
-            "colocated": {"urls": [colo_url], "timeouts": timeouts},
+            "pd": {"urls": pd_urls, "timeouts": timeouts},
+            "colocated": {"urls": colo_urls, "timeouts": timeouts},
         },
         "models": {
             MODEL: {
@@ -133,6 +139,8 @@ class Gateways:
 
     count: int = 1
     tree: Path | None = None
+    replicas: int = 1
+    """Simulated engines per pool (more than one: the prefix affinity across them matters)."""
 
     def env(self) -> dict[str, str]:
         env = {**os.environ, **HASH_ENV}
@@ -201,14 +209,16 @@ def stack(
                     db_url, gateways, "keys", "create", "--tenant", tenant, "--name", "bench",
                     "--print-secret-only",
                 )  # fmt: skip
-            pd, colo = _start_sim(procs, engines.args(True)), _start_sim(procs, engines.args(False))
+            pds = [_start_sim(procs, engines.args(True)) for _ in range(gateways.replicas)]
+            colos = [_start_sim(procs, engines.args(False)) for _ in range(gateways.replicas)]
+            pd, colo = pds[0], colos[0]
             shared = None
             if gateways.count > 1:
                 shared = gateways.sharing(_start_redis(procs, Path(tmp)))
             urls, logs = [], []
             for n in range(gateways.count):
                 port = free_port()
-                config = gateway_config(pd, colo, db_url, port)
+                config = gateway_config(pds, colos, db_url, port)
                 if shared:
                     config = merged(config, shared)
                 if overlay:
@@ -404,8 +414,11 @@ def main() -> None:
         "--gateways", type=int, default=1, help="gateway processes on one Redis (round robin)"
     )
     parser.add_argument("--tree", type=Path, help="run the gateway from this checkout")
+    parser.add_argument(
+        "--replicas", type=int, default=1, help="simulated engines per pool (the same each)"
+    )
     args = parser.parse_args()
-    gateways = Gateways(max(1, args.gateways), args.tree)
+    gateways = Gateways(max(1, args.gateways), args.tree, max(1, args.replicas))
     variants: list[tuple[str, dict[str, Any] | None]] = []
     if args.overlay is None or args.baseline:
         variants.append(("baseline", None))
@@ -415,7 +428,10 @@ def main() -> None:
     engines = Engines(args.time_scale)
     print(f"PD sim: {' '.join(engines.args(True))}")
     print(f"colocated sim: {' '.join(engines.args(False))}")
-    print(f"gateways: {gateways.count}, tree {gateways.tree or 'this one'}\n")
+    print(
+        f"gateways: {gateways.count}, tree {gateways.tree or 'this one'}, "
+        f"engines per pool: {gateways.replicas}\n"
+    )
     for name in names:
         for label, overlay in variants:
             started = time.monotonic()

@@ -20,17 +20,20 @@ never makes a request wait: dispatch answers that at once (503 ``no_healthy_upst
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from gateway.asgi import Headers, find_header
 from gateway.auth.models import Principal
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, QueueRefused
 from gateway.flow.bands import PRIORITY_HEADER, band_of
 from gateway.flow.config import FlowConfig
 from gateway.flow.metrics import FlowMetrics
 from gateway.flow.queue import NO_POOL, FlowQueue, Ticket
-from gateway.routing.load import LoadSnapshot
+from gateway.routing.load import LoadSnapshot, LocalLoadBook
+from gateway.routing.pools import Pool
 from gateway.routing.router import RoutePlan
 from gateway.tokens.counting import PromptTokens
 from gateway.wire.request import ParsedRequest
@@ -77,14 +80,28 @@ class FlowGate:
     ) -> Waited:
         queue = self.queue
         room = RoomCheck(plan, waited.tenant, self._reserve)
-        if queue.waiting == 0 and room(queue.pending) is not None:
+        book = plan.preferred.book
+        claims = book.claims
+        found = room(queue.pending) if queue.waiting == 0 else None
+        if found is not None and (
+            not claims or await self._claim(book, plan, found, waited, request)
+        ):
             waited.load = room.load
-            return waited  # the common case: no ticket, no suspension
+            return waited  # the common case: no ticket, no suspension (none locally)
         cost = prompt.count() + (request.max_tokens or 0)  # tokens, not requests (fairness)
         ticket = Ticket(waited.band, waited.tenant, cost, len(request.body))
         started = self._clock()
         try:
-            await queue.enter(ticket, room)
+            while True:
+                if claims:  # it waits on figures another gateway may have freed already
+                    book.refresh()
+                left = self.config.max_wait_seconds - (self._clock() - started)
+                await queue.enter(ticket, room, queued=claims, max_wait=left)
+                if not claims or await self._claim(book, plan, room.found, waited, request):
+                    break
+                self._check_wait(started)  # refused by another gateway's claim: wait again
+                if room(queue.pending) is not None:  # its view should agree now; else no spin
+                    await asyncio.sleep(self.config.recheck_seconds)
         except GatewayError:
             waited.refused = True
             raise
@@ -92,6 +109,30 @@ class FlowGate:
             waited.seconds = self._clock() - started
         waited.load = room.load  # the snapshot its place was granted on
         return waited
+
+    async def _claim(
+        self, book: LocalLoadBook, plan: RoutePlan, pool: str, waited: Waited, request: Any
+    ) -> bool:
+        """Where gateway replicas share the places (the Redis book), the one the room check
+        found is claimed across all of them at once, so two gateways never take the last."""
+        target = next((p for p in _plan_pools(plan) if p.name == pool), None)
+        if target is None:  # NO_POOL: no healthy pool, dispatch answers it at once
+            return True
+        return await book.claim(
+            target,
+            tenant=waited.tenant,
+            starting=bool(request.stream),
+            prompt_tokens=plan.prompt_tokens,
+            reserve=self._reserve,
+        )
+
+    def _check_wait(self, started: float) -> None:
+        if self._clock() - started >= self.config.max_wait_seconds:
+            raise QueueRefused(
+                f"No capacity freed within {self.config.max_wait_seconds:g}s; retry later.",
+                code="queue_timeout",
+                headers={"retry-after": str(self.config.retry_after_seconds)},
+            )
 
     def publish(self) -> None:
         """Refresh the depth gauges (when /metrics is read)."""
@@ -126,21 +167,21 @@ class RoomCheck:
     choice reads it, so a granted request finds the pool the gate found room in (dispatch sees
     the plain bounds, looser than any held back)."""
 
-    __slots__ = ("_matches", "_pools", "_reserve", "_tenant", "load")
+    __slots__ = ("_matches", "_pools", "_reserve", "_tenant", "found", "load")
 
     def __init__(self, plan: RoutePlan, tenant: str = "", reserve: tuple[int, int] = (0, 0)):
-        pools = [pool for pool, _ in plan.pools]
-        if plan.fallback is not None:
-            pools.extend(pool for pool, _ in plan.fallback.pools)
-        self._pools = pools
+        self._pools = _plan_pools(plan)
         self._tenant = tenant
         self._reserve = reserve
         self._matches = plan.matches
         self.load: LoadSnapshot | None = None
+        self.found = NO_POOL
+        """The pool the last room found was in (``NO_POOL``: none healthy)."""
 
     def __call__(self, pending: Mapping[str, int]) -> str | None:
         healthy = [pool for pool in self._pools if pool.healthy]
         if not healthy:
+            self.found = NO_POOL
             return NO_POOL
         snapshot = healthy[0].book.snapshot(self._pools, tenant=self._tenant, matches=self._matches)
         kept = snapshot.held_back(self._reserve)
@@ -148,8 +189,16 @@ class RoomCheck:
             load = snapshot.pool(pool.name)
             if load.saturation(pool.config, pending.get(pool.name, 0), kept) is None:
                 self.load = snapshot
+                self.found = pool.name
                 return pool.name
         return None
+
+
+def _plan_pools(plan: RoutePlan) -> list[Pool]:
+    pools = [pool for pool, _ in plan.pools]
+    if plan.fallback is not None:
+        pools.extend(pool for pool, _ in plan.fallback.pools)
+    return pools
 
 
 def room_in(plan: RoutePlan, tenant: str = "", reserve: tuple[int, int] = (0, 0)) -> RoomCheck:

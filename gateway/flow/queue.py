@@ -116,9 +116,21 @@ class FlowQueue:
     def band_names(self) -> list[str]:
         return list(self._bands)
 
-    async def enter(self, ticket: Ticket, has_room: HasRoom) -> float:
-        """Seconds waited (0.0 when it went straight on); raises Shed or QueueRefused."""
-        if self.waiting == 0 and has_room(self.pending) is not None:
+    async def enter(
+        self,
+        ticket: Ticket,
+        has_room: HasRoom,
+        *,
+        queued: bool = False,
+        max_wait: float | None = None,
+    ) -> float:
+        """Seconds waited (0.0 when it went straight on); raises Shed or QueueRefused.
+        ``queued``: no straight way on, even with room (flow control's gate already tried it:
+        its claim was refused). ``max_wait``: what is left of the request's wait (default
+        ``max_wait_seconds``: a request that queues again after a refused claim waits no
+        longer in all)."""
+        limit = self.config.max_wait_seconds if max_wait is None else max_wait
+        if not queued and self.waiting == 0 and has_room(self.pending) is not None:
             return 0.0
         band = self._bands[ticket.band]
         if band.sheddable:
@@ -133,7 +145,7 @@ class FlowQueue:
         waiter = self._push(band, ticket, has_room)
         self.pump()
         try:
-            async with asyncio.timeout(self.config.max_wait_seconds):
+            async with asyncio.timeout(limit):
                 await asyncio.shield(waiter.future)
         except TimeoutError:
             if not waiter.future.done():

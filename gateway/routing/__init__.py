@@ -13,8 +13,9 @@
 - ``canary_judges`` / ``canary_judges_redis``: where the canary's judgement is made: each router
   alone (in-process limits), or one decision for the deployment from samples shared in the
   limits' Redis.
-- ``load_redis``: the load (requests and prompt tokens in flight per pool) that gateway replicas
-  share through Redis.
+- ``load``: the load book, the one owner of every load figure, and the frozen snapshot per request
+  that flow control and dispatch read; ``load_redis``: the same book shared by gateway replicas
+  through Redis (``load_config``: the ``load_sharing`` section).
 - ``scorers``: the replica scorers as named plugins (the registry, the views they read, how to
   add one); ``outcomes``: the per-replica outcome feed and each pool's book of it.
 - ``service``: the route stage the handler calls; ``table`` builds it all from a config;

@@ -1,4 +1,7 @@
-"""The deployment's canary judgement in the rate limits' Redis: shared samples, one decision.
+"""The deployment's canary judgement in Redis: shared samples, one decision.
+
+On ``load_sharing``'s one client where the load is shared (``load_sharing.backend: redis``, the
+load book's client), else, as before issue 35, on a client of its own in the rate limits' Redis.
 
 Per model, under one hash tag (a script's keys must share a slot on Redis Cluster):
 
@@ -74,7 +77,7 @@ class RedisCanaries:
 
     def __init__(
         self,
-        url: str,
+        url: str | None,
         *,
         prefix: str,
         metrics: RoutingMetrics,
@@ -83,10 +86,17 @@ class RedisCanaries:
         judge_seconds: float = JUDGE_SECONDS,
         clock: Clock = SYSTEM_CLOCK,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        client: aioredis.Redis | None = None,
     ) -> None:
-        self._redis = aioredis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout
-        )
+        """``client``: a Redis client another part owns and closes (``load_sharing``'s one,
+        shared with the load book); else one of its own on ``url``."""
+        self._owns_client = client is None
+        if client is None:
+            assert url is not None
+            client = aioredis.Redis.from_url(
+                url, socket_timeout=timeout, socket_connect_timeout=timeout
+            )
+        self._redis = client
         self._push_and_read = self._redis.register_script(PUSH_AND_READ)
         self._prefix = prefix
         self.metrics = metrics
@@ -114,7 +124,8 @@ class RedisCanaries:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        await self._redis.aclose()
+        if self._owns_client:
+            await self._redis.aclose()
 
     async def _run(self, routers: Routers) -> None:
         judged_at = 0.0

@@ -39,18 +39,21 @@ Filter = Callable[[PoolConfig, PoolLoad], bool]
 """``past(config, load)``: True while the pool is past this filter's bound."""
 
 _FILTERS: dict[str, Filter] = {}
+_CHECKED: list[tuple[tuple[str, Filter], ...]] = [()]
+"""The registry as a tuple, made at each registration (every request's checks read it)."""
 
 
 def register_filter(name: str, past: Filter) -> Filter:
     if name in _FILTERS and _FILTERS[name] is not past:
         raise ValueError(f"a filter named {name!r} is registered already")
     _FILTERS[name] = past
+    _CHECKED[0] = tuple(_FILTERS.items())
     return past
 
 
 def filters() -> tuple[tuple[str, Filter], ...]:
     """The registered filters, in the order they are checked."""
-    return tuple(_FILTERS.items())
+    return _CHECKED[0]
 
 
 def filter_names() -> tuple[str, ...]:

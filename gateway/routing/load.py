@@ -42,6 +42,8 @@ from gateway.values import value
 if TYPE_CHECKING:
     from gateway.routing.pools import Pool, Replica
 
+_NO_MATCHES: Mapping[str, PrefixMatch] = {}
+
 Listener = Callable[[], None]
 """Told, synchronously, whenever a place may have freed (a give-back, a first token)."""
 
@@ -169,6 +171,18 @@ class LoadBook(Protocol):
     def held(self) -> Mapping[str, int]: ...
     @property
     def stable_hashes(self) -> bool: ...
+    @property
+    def claims(self) -> bool: ...
+    async def claim(
+        self,
+        pool: Pool,
+        *,
+        tenant: str,
+        starting: bool,
+        prompt_tokens: int,
+        reserve: tuple[int, int],
+    ) -> bool: ...
+    def refresh(self) -> None: ...
     async def start(self) -> None: ...
     async def aclose(self) -> None: ...
 
@@ -341,10 +355,13 @@ class LocalLoadBook:
     ) -> LoadSnapshot:
         """The frozen load of ``pools`` for one request of ``tenant``; ``matches``: the plan's
         prefix matches (made once, at the plan), carried into each pool's figures."""
-        found = matches or {}
+        found = matches or _NO_MATCHES
         views = {p.name: self._view(p, found.get(p.name, NO_MATCH)) for p in pools}
-        mine = self._held.get(tenant, 0) + self.others_held.get(tenant, 0) if tenant else 0
-        return LoadSnapshot(views, mine, max(self._most, self.others_most, mine))
+        mine = self._held.get(tenant, 0)
+        if self.others_held:
+            mine += self.others_held.get(tenant, 0)
+        most = self._most if self._most >= self.others_most else self.others_most
+        return LoadSnapshot(views, mine, mine if mine > most else most)
 
     def pool_load(self, pool: Pool) -> PoolSnapshot:
         """One pool's figures now (admin views, metrics, the batch runner's headroom)."""
@@ -364,6 +381,26 @@ class LocalLoadBook:
         """Prompt blocks must be named the same in every process (the prefix hints are
         shared): False here, so the index uses Python's cheaper salted hash."""
         return False
+
+    @property
+    def claims(self) -> bool:
+        """Flow control must claim a place (:meth:`claim`) before dispatch takes it: only where
+        other gateways count on the same places (the Redis book). False: its own room check is
+        exact, and no request waits on anything."""
+        return False
+
+    async def claim(
+        self,
+        pool: Pool,
+        *,
+        tenant: str,
+        starting: bool,
+        prompt_tokens: int,
+        reserve: tuple[int, int],
+    ) -> bool:
+        """Here every figure is this gateway's own, so the room check that found the place
+        holds it: True (the Redis book checks every gateway's figures at once)."""
+        return True
 
     def own(self, pool: str) -> tuple[int, int, int]:
         """This gateway's (in flight, starting, prompt tokens) on ``pool``."""
@@ -416,6 +453,10 @@ class LocalLoadBook:
         counts = self._book(pool).replicas.get(replica.label)
         return (0, 0) if counts is None else (counts.outstanding, counts.prompt_tokens)
 
+    def refresh(self) -> None:
+        """Someone must wait on the figures now: nothing to read here (the Redis book reads
+        the other gateways' at once, so a place freed there is seen within a round trip)."""
+
     async def start(self) -> None:
         """Nothing to start here (the Redis book starts its exchange)."""
 
@@ -432,37 +473,44 @@ class LocalLoadBook:
         return book
 
     def _view(self, pool: Pool, match: PrefixMatch) -> PoolSnapshot:
-        book = self._book(pool)
+        book = self._pools.get(pool.name)
+        if book is None:
+            book = self._book(pool)
         others = book.others
         shared = others.replicas
+        gauges = book.replica_gauges
+        counts = book.replicas
         replicas = []
         in_flight = tokens = 0
-        gauges = book.replica_gauges
+        # On every request's path (the gate's room check, dispatch's choice): kept lean.
         for i, label in enumerate(book.labels):
-            counts = book.replicas[label]
-            out, tok = counts.outstanding, counts.prompt_tokens
+            mine = counts[label]
+            out, tok = mine.outstanding, mine.prompt_tokens
+            in_flight += out
+            tokens += tok
             if shared:
                 more = shared.get(label)
                 if more is not None:
                     out, tok = out + more[0], tok + more[1]
-            in_flight += counts.outstanding
-            tokens += counts.prompt_tokens
-            replica_gauges = gauges.get(label)
-            engine = None if replica_gauges is None else replica_gauges.fresh()
+            engine = None
+            if gauges:
+                replica_gauges = gauges.get(label)
+                engine = None if replica_gauges is None else replica_gauges.fresh()
             replicas.append(ReplicaLoad(i, label, out, tok, engine))
-        if len(book.replicas) > len(book.labels):  # requests still on replicas a reload removed
-            for label, counts in book.replicas.items():
+        if len(counts) > len(book.labels):  # requests still on replicas a reload removed
+            for label, extra in counts.items():
                 if label not in book.index_of:
-                    in_flight += counts.outstanding
-                    tokens += counts.prompt_tokens
+                    in_flight += extra.outstanding
+                    tokens += extra.prompt_tokens
         pool_gauges = book.gauges
+        latest = pool_gauges.latest
         return PoolSnapshot(
             pool.name,
             in_flight + others.in_flight,
             book.starting + others.starting,
             tokens + others.prompt_tokens,
-            pool_gauges.fresh(),
-            pool_gauges.age(),
+            None if latest is None else pool_gauges.fresh(),
+            None if latest is None else pool_gauges.age(),
             tuple(replicas),
             match,
             in_flight,

@@ -95,8 +95,8 @@ class GatewayState:
     ) -> GatewayState:
         metrics = GatewayMetrics()
         routing_metrics = RoutingMetrics(metrics)
-        canaries = build_canaries(config, routing_metrics, clock)
         book = build_load_book(config, clock)
+        canaries = build_canaries(config, routing_metrics, clock, book)
         table = build_table(
             config,
             upstream_factory,
@@ -166,10 +166,10 @@ class GatewayState:
                 await task
         self._health_tasks.clear()
         await self.signals.aclose()
-        await self.load.aclose()
         if self.flow is not None:
             self.flow.queue.close()
         await self.canaries.aclose()
+        await self.load.aclose()  # after the canaries: they may share its Redis client
         for pool in self.table.pools.values():
             await pool.client.aclose()
         await self.accounting.stop()  # after the requests: flushes the ledger
@@ -194,9 +194,27 @@ def build_load_book(config: GatewayConfig, clock: Clock = SYSTEM_CLOCK) -> Local
 
 
 def build_canaries(
-    config: GatewayConfig, metrics: RoutingMetrics, clock: Clock = SYSTEM_CLOCK
+    config: GatewayConfig,
+    metrics: RoutingMetrics,
+    clock: Clock = SYSTEM_CLOCK,
+    book: LocalLoadBook | None = None,
 ) -> Canaries:
-    """The deployment's judge where the rate limits are shared (Redis); else each router's."""
+    """The deployment's judge where routing's state is shared: on the load book's Redis client
+    (``load_sharing``), or, as before, where the rate limits are (its own client); else each
+    router's."""
+    sharing = config.load_sharing
+    client = getattr(book, "redis", None)
+    if sharing.backend == "redis" and client is not None:
+        from gateway.routing.canary_judges_redis import RedisCanaries  # only with the redis extra
+
+        return RedisCanaries(
+            None,
+            prefix=sharing.key_prefix + ":canary",
+            metrics=metrics,
+            timeout=sharing.timeout_seconds,
+            clock=clock,
+            client=client,
+        )
     limits = config.limits
     if limits.enabled and limits.backend == "redis":
         assert limits.redis_url is not None  # the config validator requires it

@@ -174,3 +174,79 @@ async def test_a_place_freed_on_another_book_tells_the_subscribers(
     finally:
         await a.aclose()
         await b.aclose()
+
+
+async def test_the_canary_judge_shares_the_load_books_one_client() -> None:
+    """One Redis client for routing's shared state, configured in ``load_sharing`` alone."""
+    from gateway.config import parse_config
+    from gateway.metrics import GatewayMetrics
+    from gateway.routing.metrics import RoutingMetrics
+    from gateway.runtime.state import build_canaries, build_load_book
+
+    variants = {
+        "stable": {"weight": 90, "pools": {"colocated": "a"}},
+        "canary": {"weight": 10, "pools": {"colocated": "b"}},
+    }
+    config = parse_config(
+        {
+            "load_sharing": {"backend": "redis", "redis_url": "redis://127.0.0.1:1/0"},
+            "pools": {"a": {"urls": ["http://127.0.0.1:1"]}, "b": {"urls": ["http://127.0.0.1:2"]}},
+            "models": {"m": {"variants": variants, "canary": {"baseline": "stable"}}},
+        }
+    )
+    shared = build_load_book(config)
+    assert isinstance(shared, RedisLoadBook)
+    canaries = build_canaries(config, RoutingMetrics(GatewayMetrics()), book=shared)
+    assert canaries.shared and canaries._redis is shared.redis  # type: ignore[attr-defined]
+    await canaries.aclose()  # leaves the book's client open
+    assert shared.redis.connection_pool is not None
+    await shared.aclose()
+
+
+async def test_two_gateways_claiming_the_last_start_at_once_get_it_once(
+    redis_server: RedisServer,
+) -> None:
+    """The bounding figures are claimed atomically: with one start left, of two claims sent at
+    the same moment from two books, exactly one is granted (periodic figures would grant both)."""
+    a, b = book(redis_server.url, "a"), book(redis_server.url, "b")
+    one, two = pool(a, saturation={"max_starting": 2}), pool(b, saturation={"max_starting": 2})
+    claim = {"tenant": "t", "starting": True, "prompt_tokens": 10, "reserve": (0, 0)}
+    try:
+        assert await a.claim(one, **claim)  # type: ignore[arg-type]
+        one.take(starting=True, tenant="t")  # the granted request takes its replica at once
+        granted = await asyncio.gather(a.claim(one, **claim), b.claim(two, **claim))  # type: ignore[arg-type]
+        assert sorted(granted) == [False, True]
+        if not granted[1]:  # b was refused: its view took a's figures, its claim included
+            assert two.load().starting == 2
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_a_claim_keeps_the_reserve_from_the_tenant_holding_the_most(
+    redis_server: RedisServer,
+) -> None:
+    a, b = book(redis_server.url, "a"), book(redis_server.url, "b")
+    one, two = pool(a, capacity=4), pool(b, capacity=4)
+    claim = {"starting": False, "prompt_tokens": 0, "reserve": (1, 0)}
+    try:
+        for _ in range(2):
+            one.take(tenant="loud")
+        await a.exchange()
+        assert await b.claim(two, tenant="loud", **claim)  # type: ignore[arg-type]  # 3rd place
+        two.take(tenant="loud")
+        # 3 of 4 places held by loud, every gateway's: the last is kept from it, not from quiet.
+        assert not await b.claim(two, tenant="loud", **claim)  # type: ignore[arg-type]
+        assert not await a.claim(one, tenant="loud", **claim)  # type: ignore[arg-type]
+        assert await a.claim(one, tenant="quiet", **claim)  # type: ignore[arg-type]
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_a_claim_with_redis_away_falls_back_to_the_own_room_check() -> None:
+    lost = book("redis://127.0.0.1:1/0", "lost", timeout_seconds=0.2)
+    one = pool(lost)
+    claim = {"tenant": "t", "starting": True, "prompt_tokens": 0, "reserve": (0, 0)}
+    assert await lost.claim(one, **claim)  # type: ignore[arg-type]
+    await lost.aclose()
